@@ -1,0 +1,29 @@
+#include "compressors/error_feedback.h"
+
+#include "common/error.h"
+
+namespace gradpress::compressors {
+
+ErrorFeedback::ErrorFeedback(std::unique_ptr<Compressor> inner) : inner_(std::move(inner)) {
+  GP_ENFORCE_AS(Internal, inner_ != nullptr, "ErrorFeedback needs a codec");
+}
+
+void ErrorFeedback::EncodeTo(const float* in, int64_t n, const StepContext& ctx,
+                             std::string* out) {
+  if (residual_.empty()) residual_.assign(n, 0.f);
+  GP_ENFORCE(static_cast<int64_t>(residual_.size()) == n, Name(),
+             " with error feedback: tensor has ", n, " elements, the residual ", residual_.size());
+  corrected_.resize(n);
+  for (int64_t i = 0; i < n; ++i) corrected_[i] = in[i] + residual_[i];
+  const size_t start = out->size();
+  inner_->EncodeTo(corrected_.data(), n, ctx, out);
+  // e = p - D(C(p)): decode what was just written into the residual, then subtract.
+  inner_->DecodeTo(std::string_view(*out).substr(start), n, residual_.data());
+  for (int64_t i = 0; i < n; ++i) residual_[i] = corrected_[i] - residual_[i];
+}
+
+void ErrorFeedback::DecodeTo(std::string_view bytes, int64_t n, float* out) const {
+  inner_->DecodeTo(bytes, n, out);
+}
+
+}  // namespace gradpress::compressors

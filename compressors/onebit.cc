@@ -1,0 +1,87 @@
+#include "compressors/onebit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/byte_io.h"
+
+namespace gradpress::compressors {
+namespace {
+constexpr uint32_t kMaxBucket = 1u << 30;
+}
+
+OneBitCompressor::OneBitCompressor(ParamReader& r)
+    : two_means_(r.Choice("scaling", "two_means", {"mean", "two_means"}) == "two_means"),
+      bucket_(static_cast<uint32_t>(r.Int("bucket_size", 1024, 1, kMaxBucket))) {}
+
+void OneBitCompressor::EncodeTo(const float* in, int64_t n, const StepContext&,
+                                std::string* out) {
+  const int64_t nb = (n + bucket_ - 1) / bucket_;
+  const int per = two_means_ ? 2 : 1;
+  ByteWriter w(out);
+  w.Put<uint8_t>(two_means_ ? 1 : 0);
+  w.Put<uint32_t>(bucket_);
+  auto* scales = reinterpret_cast<float*>(w.Extend(static_cast<size_t>(nb) * per * sizeof(float)));
+  for (int64_t k = 0; k < nb; ++k) {
+    const float* v = in + k * bucket_;
+    const int64_t len = std::min<int64_t>(bucket_, n - k * bucket_);
+    double pos = 0.0, neg = 0.0;
+    int64_t npos = 0;
+    for (int64_t i = 0; i < len; ++i) {
+      const bool is_neg = v[i] < 0.f;
+      (is_neg ? neg : pos) += std::fabs(v[i]);
+      npos += !is_neg;
+    }
+    GP_ENFORCE(std::isfinite(pos) && std::isfinite(neg), "onebit: bucket ", k,
+               " has a NaN or Inf element");
+    if (two_means_) {
+      scales[2 * k] = npos ? static_cast<float>(pos / npos) : 0.f;
+      scales[2 * k + 1] = len - npos ? static_cast<float>(neg / (len - npos)) : 0.f;
+    } else {
+      scales[k] = len ? static_cast<float>((pos + neg) / len) : 0.f;
+    }
+  }
+  auto* signs = reinterpret_cast<uint8_t*>(w.Extend((static_cast<size_t>(n) + 7) / 8));
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint8_t byte = 0;
+    for (int j = 0; j < 8; ++j) byte |= static_cast<uint8_t>(in[i + j] < 0.f) << j;
+    signs[i / 8] = byte;
+  }
+  if (i < n) {
+    uint8_t byte = 0;
+    for (int j = 0; i + j < n; ++j) byte |= static_cast<uint8_t>(in[i + j] < 0.f) << j;
+    signs[i / 8] = byte;
+  }
+}
+
+void OneBitCompressor::DecodeTo(std::string_view bytes, int64_t n, float* out) const {
+  ByteReader r(bytes, "onebit");
+  const auto mode = r.Get<uint8_t>("scaling");
+  GP_ENFORCE(mode <= 1, "onebit: unknown scaling mode ", int{mode});
+  const uint32_t bucket = r.Get<uint32_t>("bucket_size");
+  GP_ENFORCE(bucket >= 1 && bucket <= kMaxBucket, "onebit: bucket_size ", bucket, " out of range");
+  const int per = mode ? 2 : 1;
+  const int64_t nb = (n + bucket - 1) / bucket;
+  std::string_view raw = r.GetBytes(static_cast<size_t>(nb) * per * sizeof(float), "scales");
+  std::string_view sign_bytes = r.GetBytes((static_cast<size_t>(n) + 7) / 8, "sign bits");
+  r.ExpectEnd();
+  if (n % 8) {
+    const auto last = static_cast<uint8_t>(sign_bytes.back());
+    GP_ENFORCE((last >> (n % 8)) == 0, "onebit: non-zero padding bits");
+  }
+  const auto* signs = reinterpret_cast<const uint8_t*>(sign_bytes.data());
+  for (int64_t k = 0; k < nb; ++k) {
+    float p, q;
+    std::memcpy(&p, raw.data() + k * per * sizeof(float), sizeof(float));
+    q = p;
+    if (per == 2) std::memcpy(&q, raw.data() + (k * 2 + 1) * sizeof(float), sizeof(float));
+    GP_ENFORCE(std::isfinite(p) && std::isfinite(q) && p >= 0.f && q >= 0.f, "onebit: bucket ",
+               k, " has scales ", p, ", ", q);
+    const int64_t begin = k * bucket, end = std::min<int64_t>(n, begin + bucket);
+    for (int64_t i = begin; i < end; ++i) out[i] = (signs[i >> 3] >> (i & 7)) & 1 ? -q : p;
+  }
+}
+
+}  // namespace gradpress::compressors

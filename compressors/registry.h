@@ -1,0 +1,29 @@
+#pragma once
+// The codec registry: names -> factories, filled by RegisterBuiltinCompressors().
+//
+//   RegisterBuiltinCompressors();      // idempotent; call once at start-up
+//   auto c = MakeCompressor(config);   // codec (+ `then` quantizer) (+ error feedback)
+//
+// MakeCompressor throws InvalidArgument for an unknown name (listing the known ones), an
+// unknown or out-of-range parameter, or a `then` after a codec that is not a sparsifier.
+// Thread-safety: register before threads start; MakeCompressor may then run concurrently.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compressors/compressor.h"
+#include "compressors/compressor_config.h"
+
+namespace gradpress::compressors {
+
+// Builds a bare codec from its parameters (reads them through the ParamReader).
+using CompressorFactory = std::function<std::unique_ptr<Compressor>(ParamReader&)>;
+
+void RegisterCompressor(const std::string& name, CompressorFactory factory);
+void RegisterBuiltinCompressors();
+std::vector<std::string> RegisteredCompressorNames();
+
+std::unique_ptr<Compressor> MakeCompressor(const CompressorConfig& config);
+
+}  // namespace gradpress::compressors
