@@ -17,12 +17,12 @@ TEST_CASE("GP_ENFORCE throws InvalidArgument with the message and location", "[e
     CHECK(what.find("error_test.cc:") != std::string::npos);
     CHECK(e.code() == ErrorCode::kInvalidArgument);
   }
-  CHECK_NOTHROW(GP_ENFORCE(true, "never"));
+  CHECK_NOTHROW([] { GP_ENFORCE(true, "never"); }());
 }
 
 TEST_CASE("GP_ENFORCE_AS picks the error type", "[error]") {
-  CHECK_THROWS_AS(GP_ENFORCE_AS(NotFound, false, "missing"), NotFound);
-  CHECK_THROWS_AS(GP_ENFORCE_AS(Unavailable, false, "down"), Error);
+  CHECK_THROWS_AS([] { GP_ENFORCE_AS(NotFound, false, "missing"); }(), NotFound);
+  CHECK_THROWS_AS([] { GP_ENFORCE_AS(Unavailable, false, "down"); }(), Error);
   CHECK(std::string(ErrorCodeName(ErrorCode::kFailedPrecondition)) == "FAILED_PRECONDITION");
 }
 

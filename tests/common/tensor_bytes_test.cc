@@ -1,7 +1,6 @@
 #include "common/tensor_bytes.h"
 
-#include <catch2/catch.hpp>
-#include <torch/torch.h>
+#include "tests/catch_torch.h"
 
 #include "common/error.h"
 
