@@ -78,6 +78,17 @@ class BitReader {
     avail_ -= nbits;
     return v;
   }
+  // The next nbits (<= 32) bits without consuming them (zero past the end of the stream).
+  inline uint32_t Peek(int nbits) {
+    if (avail_ < nbits) Load();
+    return static_cast<uint32_t>(buf_ & ((1ull << nbits) - 1));
+  }
+  // Consumes n bits after a Peek that showed them; throws if the stream ended first.
+  inline void Skip(int n) {
+    GP_ENFORCE(n <= avail_, context_, ": bit stream truncated");
+    buf_ >>= n;
+    avail_ -= n;
+  }
   inline uint32_t GetGamma() {
     if (avail_ < 33) Load();
     GP_ENFORCE(buf_ != 0, context_,

@@ -26,14 +26,34 @@ void OneBitCompressor::EncodeTo(const float* in, int64_t n, const StepContext&,
   for (int64_t k = 0; k < nb; ++k) {
     const float* v = in + k * bucket_;
     const int64_t len = std::min<int64_t>(bucket_, n - k * bucket_);
-    double pos = 0.0, neg = 0.0;
-    int64_t npos = 0;
-    for (int64_t i = 0; i < len; ++i) {
-      const bool is_neg = v[i] < 0.f;
-      (is_neg ? neg : pos) += std::fabs(v[i]);
-      npos += !is_neg;
+    // Eight float lanes per sum (vectorised); NaN counted apart (it is neither sign).
+    float pos_l[8] = {}, neg_l[8] = {};
+    int32_t npos_l[8] = {}, nan_l[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+      for (int j = 0; j < 8; ++j) {
+        const float x = v[i + j];
+        pos_l[j] += x >= 0.f ? x : 0.f;
+        neg_l[j] += x < 0.f ? -x : 0.f;
+        npos_l[j] += x >= 0.f;
+        nan_l[j] += x != x;
+      }
     }
-    GP_ENFORCE(std::isfinite(pos) && std::isfinite(neg), "onebit: bucket ", k,
+    for (; i < len; ++i) {
+      pos_l[0] += v[i] >= 0.f ? v[i] : 0.f;
+      neg_l[0] += v[i] < 0.f ? -v[i] : 0.f;
+      npos_l[0] += v[i] >= 0.f;
+      nan_l[0] += v[i] != v[i];
+    }
+    double pos = 0.0, neg = 0.0;
+    int64_t npos = 0, nans = 0;
+    for (int j = 0; j < 8; ++j) {
+      pos += pos_l[j];
+      neg += neg_l[j];
+      npos += npos_l[j];
+      nans += nan_l[j];
+    }
+    GP_ENFORCE(nans == 0 && std::isfinite(pos) && std::isfinite(neg), "onebit: bucket ", k,
                " has a NaN or Inf element");
     if (two_means_) {
       scales[2 * k] = npos ? static_cast<float>(pos / npos) : 0.f;
@@ -80,7 +100,8 @@ void OneBitCompressor::DecodeTo(std::string_view bytes, int64_t n, float* out) c
     GP_ENFORCE(std::isfinite(p) && std::isfinite(q) && p >= 0.f && q >= 0.f, "onebit: bucket ",
                k, " has scales ", p, ", ", q);
     const int64_t begin = k * bucket, end = std::min<int64_t>(n, begin + bucket);
-    for (int64_t i = begin; i < end; ++i) out[i] = (signs[i >> 3] >> (i & 7)) & 1 ? -q : p;
+    const float value[2] = {p, -q};  // indexed, not branched: signs are coin flips
+    for (int64_t i = begin; i < end; ++i) out[i] = value[(signs[i >> 3] >> (i & 7)) & 1];
   }
 }
 

@@ -36,8 +36,8 @@ void TernGradCompressor::EncodeTo(const float* in, int64_t n, const StepContext&
     scales[k] = m;
     const float inv = m > 0.f ? 1.f / m : 0.f;
     for (int64_t i = 0; i < len; ++i) {
-      const bool keep = rng_.Uniform() < std::fabs(v[i]) * inv;
-      bits.Put(keep ? (v[i] < 0.f ? 2u : 1u) : 0u, 2);
+      const uint32_t keep = rng_.Uniform() < std::fabs(v[i]) * inv;
+      bits.Put(keep << (v[i] < 0.f), 2);  // 0, 1 = +s, 2 = -s; branch-free
     }
   }
   out->resize(start + bits.Finish());
@@ -59,11 +59,14 @@ void TernGradCompressor::DecodeTo(std::string_view bytes, int64_t n, float* out)
     std::memcpy(&s, raw.data() + k * sizeof(float), sizeof(float));
     GP_ENFORCE(std::isfinite(s) && s >= 0.f, "terngrad: bucket ", k, " has scale ", s);
     const int64_t begin = k * bucket, end = std::min<int64_t>(n, begin + bucket);
+    const float value[4] = {0.f, s, -s, 0.f};
+    uint32_t invalid = 0;
     for (int64_t i = begin; i < end; ++i) {
       const uint32_t t = bits.Get(2);
-      GP_ENFORCE(t != 3, "terngrad: invalid ternary symbol at element ", i);
-      out[i] = t == 0 ? 0.f : (t == 1 ? s : -s);
+      invalid |= t == 3;
+      out[i] = value[t];
     }
+    GP_ENFORCE(!invalid, "terngrad: invalid ternary symbol 3 in bucket ", k);
   }
   bits.ExpectEnd();
 }
