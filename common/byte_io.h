@@ -17,7 +17,8 @@
 
 #include "common/error.h"
 
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "gradpress wire formats are little-endian");
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "gradpress wire formats are little-endian");
 
 namespace gradpress {
 

@@ -6,11 +6,16 @@ namespace gradpress {
 
 const char* ErrorCodeName(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kInvalidArgument: return "INVALID_ARGUMENT";
-    case ErrorCode::kNotFound: return "NOT_FOUND";
-    case ErrorCode::kUnavailable: return "UNAVAILABLE";
-    case ErrorCode::kFailedPrecondition: return "FAILED_PRECONDITION";
-    case ErrorCode::kInternal: return "INTERNAL";
+    case ErrorCode::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case ErrorCode::kNotFound:
+      return "NOT_FOUND";
+    case ErrorCode::kUnavailable:
+      return "UNAVAILABLE";
+    case ErrorCode::kFailedPrecondition:
+      return "FAILED_PRECONDITION";
+    case ErrorCode::kInternal:
+      return "INTERNAL";
   }
   return "UNKNOWN";
 }

@@ -19,17 +19,16 @@ const char* ErrorCodeName(ErrorCode code);
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorCode code, const std::string& message)
-      : std::runtime_error(message), code_(code) {}
+  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
   ErrorCode code() const { return code_; }
 
  private:
   ErrorCode code_;
 };
 
-#define GP_DEFINE_ERROR(Name)                                                    \
-  class Name : public Error {                                                    \
-   public:                                                                       \
+#define GP_DEFINE_ERROR(Name)                                                         \
+  class Name : public Error {                                                         \
+   public:                                                                            \
     explicit Name(const std::string& message) : Error(ErrorCode::k##Name, message) {} \
   };
 GP_DEFINE_ERROR(InvalidArgument)
@@ -60,11 +59,11 @@ template <typename E, typename... Args>
 
 }  // namespace gradpress
 
-#define GP_ENFORCE_AS(ErrorType, cond, ...)                                            \
-  do {                                                                                 \
-    if (__builtin_expect(!(cond), 0)) {                                                \
+#define GP_ENFORCE_AS(ErrorType, cond, ...)                                                \
+  do {                                                                                     \
+    if (__builtin_expect(!(cond), 0)) {                                                    \
       ::gradpress::detail::Throw<::gradpress::ErrorType>(__FILE__, __LINE__, __VA_ARGS__); \
-    }                                                                                  \
+    }                                                                                      \
   } while (0)
 
 #define GP_ENFORCE(cond, ...) GP_ENFORCE_AS(InvalidArgument, cond, __VA_ARGS__)

@@ -69,7 +69,9 @@ class BitWriter {
 class BitReader {
  public:
   BitReader(std::string_view bytes, const char* context)
-      : p_(reinterpret_cast<const uint8_t*>(bytes.data())), size_(bytes.size()), context_(context) {}
+      : p_(reinterpret_cast<const uint8_t*>(bytes.data())),
+        size_(bytes.size()),
+        context_(context) {}
 
   inline uint32_t Get(int nbits) {
     if (avail_ < nbits) Refill(nbits);

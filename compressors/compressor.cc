@@ -10,10 +10,14 @@ namespace {
 
 DType FromTorch(torch::Dtype d) {
   switch (d) {
-    case torch::kFloat32: return DType::kFloat32;
-    case torch::kFloat16: return DType::kFloat16;
-    case torch::kBFloat16: return DType::kBFloat16;
-    case torch::kFloat64: return DType::kFloat64;
+    case torch::kFloat32:
+      return DType::kFloat32;
+    case torch::kFloat16:
+      return DType::kFloat16;
+    case torch::kBFloat16:
+      return DType::kBFloat16;
+    case torch::kFloat64:
+      return DType::kFloat64;
     default:
       throw InvalidArgument(std::string("compressors encode floating-point tensors, got ") +
                             c10::toString(d));
@@ -22,10 +26,14 @@ DType FromTorch(torch::Dtype d) {
 
 torch::Dtype ToTorch(DType d) {
   switch (d) {
-    case DType::kFloat32: return torch::kFloat32;
-    case DType::kFloat16: return torch::kFloat16;
-    case DType::kBFloat16: return torch::kBFloat16;
-    case DType::kFloat64: return torch::kFloat64;
+    case DType::kFloat32:
+      return torch::kFloat32;
+    case DType::kFloat16:
+      return torch::kFloat16;
+    case DType::kBFloat16:
+      return torch::kBFloat16;
+    case DType::kFloat64:
+      return torch::kFloat64;
   }
   throw InvalidArgument("payload has unknown dtype code " + std::to_string(static_cast<int>(d)));
 }
@@ -34,10 +42,14 @@ torch::Dtype ToTorch(DType d) {
 
 const char* DTypeName(DType d) {
   switch (d) {
-    case DType::kFloat32: return "float32";
-    case DType::kFloat16: return "float16";
-    case DType::kBFloat16: return "bfloat16";
-    case DType::kFloat64: return "float64";
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kBFloat16:
+      return "bfloat16";
+    case DType::kFloat64:
+      return "float64";
   }
   return "unknown";
 }
@@ -63,8 +75,8 @@ Payload Compressor::Encode(const torch::Tensor& dense, const StepContext& ctx) {
 }
 
 torch::Tensor Compressor::Decode(const Payload& p) const {
-  GP_ENFORCE(p.codec == Name(), "payload was encoded by '", p.codec, "', this decoder is '",
-             Name(), "'");
+  GP_ENFORCE(p.codec == Name(), "payload was encoded by '", p.codec, "', this decoder is '", Name(),
+             "'");
   const int64_t n = p.numel();
   const torch::Dtype dtype = ToTorch(p.dtype);
   torch::Tensor out = torch::empty(p.shape, torch::kFloat32);

@@ -41,9 +41,9 @@ struct Payload {
   std::string codec;           // registry name, e.g. "qsgd" or "topk+qsgd"
   std::vector<int64_t> shape;  // dense shape of the tensor it encodes
   DType dtype = DType::kFloat32;
-  std::string bytes;           // packed wire format of that codec
-  int64_t numel() const;       // product of shape; throws InvalidArgument if malformed
-  double Ratio() const;        // dense float32 bytes / payload bytes
+  std::string bytes;      // packed wire format of that codec
+  int64_t numel() const;  // product of shape; throws InvalidArgument if malformed
+  double Ratio() const;   // dense float32 bytes / payload bytes
 };
 
 // Which tensor and step a payload belongs to: seeds shared-randomness codecs (randomk).

@@ -64,8 +64,8 @@ CompressorConfig ParseCompressorSpec(const std::string& spec) {
   std::string kv;
   while (is >> kv) {
     const auto eq = kv.find('=');
-    GP_ENFORCE(eq != std::string::npos && eq > 0, "codec spec '", spec, "': expected key=value, got '",
-               kv, "'");
+    GP_ENFORCE(eq != std::string::npos && eq > 0, "codec spec '", spec,
+               "': expected key=value, got '", kv, "'");
     const std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
     if (key == "error_feedback") {
       c.error_feedback = value == "true" || value == "1";

@@ -26,7 +26,7 @@ struct CompressorConfig {
   std::string codec = "none";
   std::map<std::string, std::string> params;  // codec parameters, as YAML scalars
   bool error_feedback = false;
-  std::shared_ptr<CompressorConfig> then;     // quantizer of a sparsifier's values
+  std::shared_ptr<CompressorConfig> then;  // quantizer of a sparsifier's values
 
   // "topk(ratio=0.01)+qsgd(levels=16)", for logs and bench rows.
   std::string ToString() const;

@@ -15,8 +15,8 @@ DgcCompressor::DgcCompressor(ParamReader& r)
 void DgcCompressor::Select(const float* in, int64_t n, const StepContext&, Selection* sel) {
   const int64_t k = KFromRatio(ratio_, n);
   if (k == 0) return;
-  const auto sample = std::max<int64_t>(
-      std::min<int64_t>(n, 1024), std::llround(sample_ratio_ * static_cast<double>(n)));
+  const auto sample = std::max<int64_t>(std::min<int64_t>(n, 1024),
+                                        std::llround(sample_ratio_ * static_cast<double>(n)));
   float t = SampledAbsThreshold(in, n, ratio_, sample, &rng_);
   for (int round = 0;; ++round) {
     sel->Clear();

@@ -8,8 +8,7 @@ ErrorFeedback::ErrorFeedback(std::unique_ptr<Compressor> inner) : inner_(std::mo
   GP_ENFORCE_AS(Internal, inner_ != nullptr, "ErrorFeedback needs a codec");
 }
 
-void ErrorFeedback::EncodeTo(const float* in, int64_t n, const StepContext& ctx,
-                             std::string* out) {
+void ErrorFeedback::EncodeTo(const float* in, int64_t n, const StepContext& ctx, std::string* out) {
   if (residual_.empty()) residual_.assign(n, 0.f);
   GP_ENFORCE(static_cast<int64_t>(residual_.size()) == n, Name(),
              " with error feedback: tensor has ", n, " elements, the residual ", residual_.size());

@@ -13,7 +13,8 @@ uint16_t FloatToHalf(float f) {
   std::memcpy(&x, &f, 4);
   const uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t ax = x & 0x7FFFFFFFu;
-  if (ax >= 0x7F800000u) return static_cast<uint16_t>(sign | 0x7C00u | (ax > 0x7F800000u ? 0x200u : 0u));
+  if (ax >= 0x7F800000u)
+    return static_cast<uint16_t>(sign | 0x7C00u | (ax > 0x7F800000u ? 0x200u : 0u));
   if (ax >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds past 65504
   if (ax < 0x38800000u) {  // below 2^-14: a half subnormal, round(|f| * 2^24)
     float a;

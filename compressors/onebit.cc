@@ -15,8 +15,7 @@ OneBitCompressor::OneBitCompressor(ParamReader& r)
     : two_means_(r.Choice("scaling", "two_means", {"mean", "two_means"}) == "two_means"),
       bucket_(static_cast<uint32_t>(r.Int("bucket_size", 1024, 1, kMaxBucket))) {}
 
-void OneBitCompressor::EncodeTo(const float* in, int64_t n, const StepContext&,
-                                std::string* out) {
+void OneBitCompressor::EncodeTo(const float* in, int64_t n, const StepContext&, std::string* out) {
   const int64_t nb = (n + bucket_ - 1) / bucket_;
   const int per = two_means_ ? 2 : 1;
   ByteWriter w(out);
@@ -97,8 +96,8 @@ void OneBitCompressor::DecodeTo(std::string_view bytes, int64_t n, float* out) c
     std::memcpy(&p, raw.data() + k * per * sizeof(float), sizeof(float));
     q = p;
     if (per == 2) std::memcpy(&q, raw.data() + (k * 2 + 1) * sizeof(float), sizeof(float));
-    GP_ENFORCE(std::isfinite(p) && std::isfinite(q) && p >= 0.f && q >= 0.f, "onebit: bucket ",
-               k, " has scales ", p, ", ", q);
+    GP_ENFORCE(std::isfinite(p) && std::isfinite(q) && p >= 0.f && q >= 0.f, "onebit: bucket ", k,
+               " has scales ", p, ", ", q);
     const int64_t begin = k * bucket, end = std::min<int64_t>(n, begin + bucket);
     const float value[2] = {p, -q};  // indexed, not branched: signs are coin flips
     for (int64_t i = begin; i < end; ++i) out[i] = value[(signs[i >> 3] >> (i & 7)) & 1];

@@ -65,8 +65,8 @@ const EliasEntry* EliasTable() {
         const uint32_t bits = sym.code | (neg << (sym.width - 1));
         // Every window whose low `width` bits are this symbol.
         for (uint32_t high = 0; high < (1u << (kTableBits - sym.width)); ++high) {
-          t[bits | (high << sym.width)] = {static_cast<uint16_t>(level),
-                                           static_cast<uint8_t>(neg), sym.width};
+          t[bits | (high << sym.width)] = {static_cast<uint16_t>(level), static_cast<uint8_t>(neg),
+                                           sym.width};
         }
       }
     }
@@ -226,8 +226,8 @@ void QsgdCompressor::DecodeTo(std::string_view bytes, int64_t n, float* out) con
   std::string_view stream = r.Rest();
   if (!elias) {
     const size_t expect = (static_cast<size_t>(n) * (b + 1) + 7) / 8;
-    GP_ENFORCE(stream.size() == expect, "qsgd: bit stream has ", stream.size(),
-               " bytes, expected ", expect);
+    GP_ENFORCE(stream.size() == expect, "qsgd: bit stream has ", stream.size(), " bytes, expected ",
+               expect);
   }
   const EliasEntry* table = elias ? EliasTable() : nullptr;
   BitReader bits(stream, "qsgd");

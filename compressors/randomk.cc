@@ -24,8 +24,7 @@ void StratifiedIndices(uint64_t seed, int64_t k, int64_t n, std::vector<int32_t>
   }
 }
 
-void RandomKCompressor::Select(const float* in, int64_t n, const StepContext& ctx,
-                               Selection* sel) {
+void RandomKCompressor::Select(const float* in, int64_t n, const StepContext& ctx, Selection* sel) {
   const int64_t k = KFromRatio(ratio_, n);
   sel->seed = Seed(seed_, ctx.key, ctx.step);
   std::vector<int64_t> sizes;

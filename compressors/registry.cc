@@ -68,8 +68,8 @@ std::vector<std::string> RegisteredCompressorNames() {
 
 std::unique_ptr<Compressor> MakeCompressor(const CompressorConfig& config) {
   auto it = Registry().find(config.codec);
-  GP_ENFORCE(it != Registry().end(), "unknown codec '", config.codec, "'; known codecs: ",
-             KnownNames());
+  GP_ENFORCE(it != Registry().end(), "unknown codec '", config.codec,
+             "'; known codecs: ", KnownNames());
   ParamReader reader(config);
   std::unique_ptr<Compressor> codec = it->second(reader);
   reader.Finish();
@@ -81,8 +81,8 @@ std::unique_ptr<Compressor> MakeCompressor(const CompressorConfig& config) {
                "gaussiank, dgc); '", config.codec, "' is not one");
     std::unique_ptr<Compressor> quantizer = MakeCompressor(*config.then);
     codec.release();
-    codec = std::make_unique<Pipeline>(std::unique_ptr<Sparsifier>(sparsifier),
-                                       std::move(quantizer));
+    codec =
+        std::make_unique<Pipeline>(std::unique_ptr<Sparsifier>(sparsifier), std::move(quantizer));
   }
   if (config.error_feedback) codec = std::make_unique<ErrorFeedback>(std::move(codec));
   return codec;

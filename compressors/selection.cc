@@ -58,8 +58,8 @@ float SampledAbsThreshold(const float* in, int64_t n, double ratio, int64_t m, R
     const double stride = static_cast<double>(n) / static_cast<double>(m);
     for (int64_t s = 0; s < m; ++s) {
       const auto base = static_cast<int64_t>(static_cast<double>(s) * stride);
-      const auto width = std::max<int64_t>(
-          1, static_cast<int64_t>(static_cast<double>(s + 1) * stride) - base);
+      const auto width =
+          std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(s + 1) * stride) - base);
       sample[s] = std::fabs(in[std::min(n - 1, base + static_cast<int64_t>(rng->Below(width)))]);
     }
   }

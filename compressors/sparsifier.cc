@@ -48,8 +48,8 @@ void Sparsifier::ReadIndices(ByteReader& r, int64_t n, std::vector<int32_t>* ind
       GP_ENFORCE(gap < static_cast<uint64_t>(n), r.context(), ": index gap ", gap,
                  " out of range for numel ", n);
       pos = (i == 0 ? 0 : pos + 1) + gap;
-      GP_ENFORCE(pos < static_cast<uint64_t>(n), r.context(), ": index ", pos,
-                 " out of range [0, ", n, ")");
+      GP_ENFORCE(pos < static_cast<uint64_t>(n), r.context(), ": index ", pos, " out of range [0, ",
+                 n, ")");
       (*indices)[i] = static_cast<int32_t>(pos);
     }
   } else {

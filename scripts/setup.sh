@@ -13,7 +13,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libcli11-dev catch2 libyaml-cpp-dev zlib1g-dev
   dataset-fashion-mnist
-  gnuplot-nox iproute2 procps
+  clang-format gnuplot-nox iproute2 procps
 )
 
 missing=()

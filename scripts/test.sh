@@ -16,6 +16,7 @@ for arg in "$@"; do
 done
 
 bash scripts/setup.sh
+bash scripts/check_format.sh
 
 BUILD_DIR=${BUILD_DIR:-build}
 launcher=()

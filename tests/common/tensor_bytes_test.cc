@@ -1,8 +1,7 @@
 #include "common/tensor_bytes.h"
 
-#include "tests/catch_torch.h"
-
 #include "common/error.h"
+#include "tests/catch_torch.h"
 
 namespace gradpress {
 

@@ -1,10 +1,9 @@
-#include "compressors/compressor_config.h"
-
-#include "tests/catch_torch.h"
 #include <yaml-cpp/yaml.h>
 
 #include "common/error.h"
+#include "compressors/compressor_config.h"
 #include "compressors/error_feedback.h"
+#include "tests/catch_torch.h"
 #include "tests/compressors/test_util.h"
 
 namespace gradpress::compressors {
@@ -29,7 +28,7 @@ TEST_CASE("bad codec configs are errors that name the problem", "[config]") {
   RegisterBuiltinCompressors();
   auto make = [](const std::string& spec) { return MakeCompressor(ParseCompressorSpec(spec)); };
   CHECK_THROWS_WITH(make("zstd"), Catch::Contains("unknown codec 'zstd'") &&
-                                       Catch::Contains("qsgd") && Catch::Contains("topk"));
+                                      Catch::Contains("qsgd") && Catch::Contains("topk"));
   CHECK_THROWS_WITH(make("topk ratoi=0.1"),
                     Catch::Contains("no parameter 'ratoi'") && Catch::Contains("ratio"));
   CHECK_THROWS_WITH(make("qsgd levels=70000"), Catch::Contains("outside [1, 65535]"));

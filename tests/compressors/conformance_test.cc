@@ -1,9 +1,8 @@
 // Properties every registered codec must have, run over the registry (plus the pipeline).
-#include "tests/catch_torch.h"
-
 #include <random>
 
 #include "common/error.h"
+#include "tests/catch_torch.h"
 #include "tests/compressors/test_util.h"
 
 namespace gradpress::compressors {

@@ -1,8 +1,7 @@
 #include "compressors/error_feedback.h"
 
-#include "tests/catch_torch.h"
-
 #include "common/error.h"
+#include "tests/catch_torch.h"
 #include "tests/compressors/test_util.h"
 
 namespace gradpress::compressors {

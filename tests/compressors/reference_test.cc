@@ -1,7 +1,5 @@
 // Each codec against a short reference written here: selection sets, unbiasedness, level
 // counts and the byte-count formula of each header.
-#include "tests/catch_torch.h"
-
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -9,6 +7,7 @@
 #include "common/byte_io.h"
 #include "compressors/bit_pack.h"
 #include "compressors/qsgd.h"
+#include "tests/catch_torch.h"
 #include "tests/compressors/test_util.h"
 
 namespace gradpress::compressors {
@@ -94,15 +93,15 @@ void CheckUnbiased(const std::string& spec, const torch::Tensor& g, const torch:
   torch::Tensor err = (sum / trials - g).abs();
   torch::Tensor bound = 4 * sigma / std::sqrt(trials) + 1e-6 * g.abs();
   const int64_t bad = (err > bound).sum().item<int64_t>();
-  INFO("elements outside 4 SE: " << bad << ", max err/bound " << (err / bound).max().item<double>());
+  INFO("elements outside 4 SE: " << bad << ", max err/bound "
+                                 << (err / bound).max().item<double>());
   CHECK(bad == 0);
 }
 
 TEST_CASE("qsgd, terngrad and unbiased randomk are unbiased", "[reference][slow]") {
   const torch::Tensor g = UnbiasInput();
   CheckUnbiased("qsgd levels=16", g, QsgdSigma(g, 16, 512, false), false);
-  CheckUnbiased("qsgd levels=4 bucket_size=128 elias=false", g, QsgdSigma(g, 4, 128, false),
-                false);
+  CheckUnbiased("qsgd levels=4 bucket_size=128 elias=false", g, QsgdSigma(g, 4, 128, false), false);
   CheckUnbiased("qsgd levels=2 norm=max", g, QsgdSigma(g, 2, 512, true), false);
   CheckUnbiased("qsgd levels=300 bucket_size=1000", g, QsgdSigma(g, 300, 1000, false), false);
   // terngrad: b ~ Bernoulli(|g| / max|g|) scaled by max|g|: rounding with unit max|g|.
@@ -147,7 +146,8 @@ TEST_CASE("onebit decodes to the documented per-sign means", "[reference]") {
     torch::Tensor o = d.slice(0, b * 1024, (b + 1) * 1024);
     const float p = v.masked_select(v >= 0).mean().item<float>();
     const float q = v.masked_select(v < 0).abs().mean().item<float>();
-    CHECK(torch::allclose(o, torch::where(v >= 0, torch::full_like(v, p), torch::full_like(v, -q))));
+    CHECK(
+        torch::allclose(o, torch::where(v >= 0, torch::full_like(v, p), torch::full_like(v, -q))));
   }
 }
 
@@ -244,8 +244,7 @@ TEST_CASE("pipeline topk then qsgd decodes inside the topk support", "[reference
   }
 }
 
-TEST_CASE("randomk: same key and step give the same indices, another step others",
-          "[reference]") {
+TEST_CASE("randomk: same key and step give the same indices, another step others", "[reference]") {
   torch::Tensor g = Gradient({10000});
   auto a = Make("randomk ratio=0.05 seed=3");
   auto b = Make("randomk ratio=0.05 seed=3");
@@ -268,7 +267,11 @@ TEST_CASE("bit packing round-trips fixed fields and Elias gamma codes", "[refere
   CHECK(r.Get(3) == 5);
   CHECK_NOTHROW(r.ExpectEnd());
   BitReader short_reader(std::string_view(buf).substr(0, 3), "t");
-  CHECK_THROWS_AS([&] { for (int i = 0; i < 8; ++i) short_reader.GetGamma(); }(), InvalidArgument);
+  CHECK_THROWS_AS(
+      [&] {
+        for (int i = 0; i < 8; ++i) short_reader.GetGamma();
+      }(),
+      InvalidArgument);
 }
 
 TEST_CASE("sparse decode rejects out-of-range and unordered indices", "[reference]") {

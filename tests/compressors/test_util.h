@@ -1,12 +1,11 @@
 #pragma once
 // Helpers shared by the compressor tests.
-#include "tests/catch_torch.h"
-
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "compressors/registry.h"
+#include "tests/catch_torch.h"
 
 namespace gradpress::compressors::testing {
 
