@@ -46,6 +46,19 @@ struct Payload {
   double Ratio() const;   // dense float32 bytes / payload bytes
 };
 
+// A named tensor's shape and element type (a model fingerprint is a list of these).
+struct TensorSpec {
+  std::string key;
+  std::vector<int64_t> shape;
+  DType dtype = DType::kFloat32;
+};
+
+// A payload with the name of the tensor it encodes.
+struct KeyPayload {
+  std::string key;
+  Payload payload;
+};
+
 // Which tensor and step a payload belongs to: seeds shared-randomness codecs (randomk).
 struct StepContext {
   std::string_view key;

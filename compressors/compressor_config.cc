@@ -76,6 +76,15 @@ CompressorConfig ParseCompressorSpec(const std::string& spec) {
   return c;
 }
 
+CompressorConfig FromCodecSpec(const CodecSpec& spec) {
+  CompressorConfig c;
+  c.codec = spec.codec;
+  c.params = spec.params;
+  c.error_feedback = spec.error_feedback;
+  if (spec.then) c.then = std::make_shared<CompressorConfig>(FromCodecSpec(*spec.then));
+  return c;
+}
+
 const std::string* ParamReader::Raw(const std::string& key) {
   known_.insert(key);
   auto it = config_.params.find(key);

@@ -16,6 +16,8 @@
 #include <set>
 #include <string>
 
+#include "common/config.h"
+
 namespace YAML {
 class Node;
 }
@@ -36,6 +38,9 @@ struct CompressorConfig {
 CompressorConfig ParseCompressorConfig(const YAML::Node& node, const std::string& where = "codec");
 // Parses "codec key=value key=value" (CLI and bench shorthand).
 CompressorConfig ParseCompressorSpec(const std::string& spec);
+// Converts a `push:` / `pull:` block of the experiment config (common/config.h), `then`
+// included. Parameters are checked later, by MakeCompressor.
+CompressorConfig FromCodecSpec(const CodecSpec& spec);
 
 class ParamReader {
  public:

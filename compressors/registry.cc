@@ -88,4 +88,17 @@ std::unique_ptr<Compressor> MakeCompressor(const CompressorConfig& config) {
   return codec;
 }
 
+std::unique_ptr<Compressor> MakeDecoder(const std::string& name) {
+  const auto plus = name.find('+');
+  CompressorConfig config;
+  config.codec = name.substr(0, plus);
+  if (plus != std::string::npos) {
+    config.then = std::make_shared<CompressorConfig>();
+    config.then->codec = name.substr(plus + 1);
+    GP_ENFORCE(config.then->codec.find('+') == std::string::npos, "codec name '", name,
+               "' has more than one '+'");
+  }
+  return MakeCompressor(config);
+}
+
 }  // namespace gradpress::compressors

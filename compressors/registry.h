@@ -26,4 +26,9 @@ std::vector<std::string> RegisteredCompressorNames();
 
 std::unique_ptr<Compressor> MakeCompressor(const CompressorConfig& config);
 
+// A decoder for payloads whose Payload::codec is `name` ("qsgd", "topk+qsgd"). Wire formats
+// are self-describing, so decoding needs no parameters: the server decodes any push with it.
+// Throws InvalidArgument for an unknown name.
+std::unique_ptr<Compressor> MakeDecoder(const std::string& name);
+
 }  // namespace gradpress::compressors

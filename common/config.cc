@@ -1,0 +1,366 @@
+#include "common/config.h"
+
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "common/config_schema.h"
+#include "common/error.h"
+
+namespace gradpress {
+namespace {
+
+using detail::ConfigField;
+
+std::string Trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+// Override values may be quoted once: name="my run" reaches us as name="my run" from a script.
+std::string Unquote(const std::string& raw) {
+  const std::string s = Trim(raw);
+  if (s.size() >= 2 && (s.front() == '"' || s.front() == '\'') && s.back() == s.front()) {
+    return s.substr(1, s.size() - 2);
+  }
+  return s;
+}
+
+// Where YAML came from: a file ("config.yaml:7") or one override ("--set push={...}").
+struct Source {
+  std::string name;
+  bool is_override = false;
+
+  std::string At(const YAML::Node& node) const {
+    return is_override ? name : name + ":" + std::to_string(node.Mark().line + 1);
+  }
+  // "config.yaml:9: train.lr", or the override itself, which already names the key.
+  std::string AtKey(const YAML::Node& node, const std::string& key) const {
+    return is_override ? name : At(node) + ": " + key;
+  }
+};
+
+std::string Describe(const YAML::Node& node) {
+  if (node.IsMap()) return "a mapping";
+  if (node.IsSequence()) return "a list";
+  if (node.IsScalar()) return "'" + node.Scalar() + "'";
+  return "nothing";
+}
+
+std::string ScalarOf(const YAML::Node& value, const std::string& where) {
+  if (!value.IsScalar()) {
+    throw InvalidArgument(where + ": expected a value, got " + Describe(value));
+  }
+  return value.Scalar();
+}
+
+// The dotted key of a mapping entry; a repeated key is an error, never a silent overwrite.
+std::string FullKey(const YAML::Node& key_node, const std::string& prefix, const Source& src,
+                    std::set<std::string>* seen) {
+  if (!key_node.IsScalar()) throw InvalidArgument(src.At(key_node) + ": keys must be names");
+  const std::string key = prefix.empty() ? key_node.Scalar() : prefix + "." + key_node.Scalar();
+  if (!seen->insert(key).second) {
+    throw InvalidArgument(src.At(key_node) + ": duplicate key '" + key + "'");
+  }
+  return key;
+}
+
+// A codec block: a mapping, or a bare codec name as shorthand for {codec: name}.
+CodecSpec ParseCodecNode(const YAML::Node& node, const std::string& key, const Source& src) {
+  CodecSpec spec;
+  spec.line = src.is_override ? 0 : node.Mark().line + 1;
+  if (node.IsScalar()) {
+    spec.codec = node.Scalar();
+  } else if (node.IsMap()) {
+    spec.codec.clear();
+    std::set<std::string> seen;
+    for (const auto& kv : node) {
+      const std::string full = FullKey(kv.first, key, src, &seen);
+      const std::string name = kv.first.Scalar();
+      const std::string where = src.AtKey(kv.second, full);
+      if (name == "then") {
+        spec.then = kv.second.IsNull()
+                        ? nullptr
+                        : std::make_shared<CodecSpec>(ParseCodecNode(kv.second, full, src));
+      } else if (name == "codec") {
+        spec.codec = ScalarOf(kv.second, where);
+      } else if (name == "error_feedback") {
+        spec.error_feedback = detail::ParseBoolValue(ScalarOf(kv.second, where), where);
+      } else {
+        spec.params[name] = ScalarOf(kv.second, where);
+      }
+    }
+  } else {
+    throw InvalidArgument(src.AtKey(node, key) +
+                          ": expected a codec block like {codec: qsgd, levels: 16}, got " +
+                          Describe(node));
+  }
+  if (Trim(spec.codec).empty()) {
+    throw InvalidArgument(src.AtKey(node, key) + ": missing 'codec' (e.g. codec: topk)");
+  }
+  return spec;
+}
+
+void ApplyMap(const YAML::Node& map, const std::string& prefix, std::vector<ConfigField>& fields,
+              const Source& src) {
+  std::set<std::string> seen;
+  for (const auto& kv : map) {
+    const std::string key = FullKey(kv.first, prefix, src, &seen);
+    const YAML::Node& value = kv.second;
+    if (ConfigField* f = detail::FindField(fields, key)) {
+      if (f->codec) {
+        *f->codec = ParseCodecNode(value, key, src);
+      } else {
+        const std::string where = src.AtKey(value, key);
+        f->set(ScalarOf(value, where), where);
+      }
+    } else if (detail::IsSection(fields, key)) {
+      if (value.IsNull()) continue;  // "train:" with nothing under it
+      if (!value.IsMap()) {
+        throw InvalidArgument(src.AtKey(value, key) + ": expected a mapping like " + key +
+                              ": {...}, got " + Describe(value));
+      }
+      ApplyMap(value, key, fields, src);
+    } else {
+      throw InvalidArgument(src.At(kv.first) + ": " + detail::UnknownKeyMessage(fields, key));
+    }
+  }
+}
+
+YAML::Node LoadOverrideValue(const std::string& value, const Source& src) {
+  try {
+    return YAML::Load(value);
+  } catch (const YAML::Exception& e) {
+    throw InvalidArgument(src.name + ": YAML syntax error: " + e.msg);
+  }
+}
+
+// `rest` is what follows "push.": "ratio", "then.levels", "codec", "error_feedback", "then".
+void ApplyCodecOverride(CodecSpec* spec, std::string rest, const std::string& key,
+                        const std::string& value, const Source& src) {
+  while (rest.compare(0, 5, "then.") == 0) {
+    if (!spec->then) {
+      spec->then = std::make_shared<CodecSpec>();
+      spec->then->codec.clear();  // must be named by another override; ValidateConfig checks
+    }
+    spec = spec->then.get();
+    rest = rest.substr(5);
+  }
+  if (rest == "codec") {
+    spec->codec = Unquote(value);
+  } else if (rest == "error_feedback") {
+    spec->error_feedback = detail::ParseBoolValue(value, src.name);
+  } else if (rest == "then") {
+    const YAML::Node node = LoadOverrideValue(value, src);
+    spec->then =
+        node.IsNull() ? nullptr : std::make_shared<CodecSpec>(ParseCodecNode(node, key, src));
+  } else if (rest.empty() || rest.find('.') != std::string::npos) {
+    throw InvalidArgument(src.name + ": '" + key + "' is not a codec key or parameter");
+  } else {
+    spec->params[rest] = Unquote(value);
+  }
+}
+
+void ApplyOverride(const std::string& text, std::vector<ConfigField>& fields) {
+  const Source src{"--set " + text, true};
+  const auto eq = text.find('=');
+  const std::string key = eq == std::string::npos ? "" : Trim(text.substr(0, eq));
+  if (key.empty()) throw InvalidArgument(src.name + ": expected key=value (e.g. train.lr=0.05)");
+  const std::string value = text.substr(eq + 1);
+  if (ConfigField* f = detail::FindField(fields, key)) {
+    if (f->codec) {
+      *f->codec = ParseCodecNode(LoadOverrideValue(value, src), key, src);
+    } else {
+      f->set(Unquote(value), src.name);
+    }
+    return;
+  }
+  for (auto& f : fields) {
+    if (f.codec && key.compare(0, f.key.size() + 1, f.key + ".") == 0) {
+      ApplyCodecOverride(f.codec, key.substr(f.key.size() + 1), key, value, src);
+      return;
+    }
+  }
+  if (detail::IsSection(fields, key)) {
+    throw InvalidArgument(src.name + ": '" + key + "' is a section; set one of its keys, e.g. " +
+                          key + ".<key>=<value>");
+  }
+  throw InvalidArgument(src.name + ": " + detail::UnknownKeyMessage(fields, key));
+}
+
+void EmitCodec(YAML::Emitter& out, const CodecSpec& spec) {
+  out << YAML::Flow << YAML::BeginMap << YAML::Key << "codec" << YAML::Value << spec.codec;
+  for (const auto& [k, v] : spec.params) out << YAML::Key << k << YAML::Value << v;
+  if (spec.then) {
+    out << YAML::Key << "then" << YAML::Value;
+    EmitCodec(out, *spec.then);
+  }
+  if (spec.error_feedback) out << YAML::Key << "error_feedback" << YAML::Value << true;
+  out << YAML::EndMap;
+}
+
+// The first of `names` that is set and non-empty: {name, value}.
+std::optional<std::pair<std::string, std::string>> FirstEnv(std::vector<const char*> names) {
+  for (const char* name : names) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return std::make_pair(std::string(name), std::string(v));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool operator==(const CodecSpec& a, const CodecSpec& b) {
+  if (a.codec != b.codec || a.params != b.params || a.error_feedback != b.error_feedback) {
+    return false;
+  }
+  if (!a.then || !b.then) return !a.then && !b.then;
+  return *a.then == *b.then;
+}
+bool operator!=(const CodecSpec& a, const CodecSpec& b) { return !(a == b); }
+bool operator==(const Config& a, const Config& b) { return ToYaml(a) == ToYaml(b); }
+bool operator!=(const Config& a, const Config& b) { return !(a == b); }
+
+Config ParseConfig(const std::string& yaml_text, const std::string& source_name,
+                   const std::vector<std::string>& overrides) {
+  Config config;
+  std::vector<ConfigField> fields = detail::ConfigFields(config);
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    throw InvalidArgument(source_name + ":" + std::to_string(e.mark.line + 1) +
+                          ": YAML syntax error: " + e.msg);
+  } catch (const YAML::Exception& e) {
+    throw InvalidArgument(source_name + ": YAML error: " + e.what());
+  }
+  if (!root.IsNull()) {  // an empty file means all defaults
+    if (!root.IsMap()) {
+      throw InvalidArgument(source_name + ": expected a mapping of keys at the top, got " +
+                            Describe(root));
+    }
+    ApplyMap(root, "", fields, Source{source_name});
+  }
+  for (const auto& o : overrides) ApplyOverride(o, fields);
+  detail::ValidateConfig(config);
+  return config;
+}
+
+Config LoadConfig(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InvalidArgument("cannot read config file '" + path + "': it is a directory");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw InvalidArgument("cannot read config file '" + path + "': " + std::strerror(errno));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return ParseConfig(text.str(), path, overrides);
+}
+
+std::string ToYaml(const Config& config) {
+  Config copy = config;
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  std::string section;  // the open nested mapping, "" at the top
+  for (const ConfigField& f : detail::ConfigFields(copy)) {
+    const auto dot = f.key.find('.');
+    const std::string s = dot == std::string::npos ? "" : f.key.substr(0, dot);
+    if (s != section) {
+      if (!section.empty()) out << YAML::EndMap;
+      if (!s.empty()) out << YAML::Key << s << YAML::Value << YAML::BeginMap;
+      section = s;
+    }
+    out << YAML::Key << f.key.substr(dot == std::string::npos ? 0 : dot + 1) << YAML::Value;
+    if (f.codec) {
+      EmitCodec(out, *f.codec);
+    } else {
+      out << f.get();
+    }
+  }
+  if (!section.empty()) out << YAML::EndMap;
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+void WriteResolvedConfig(const Config& config, const std::string& path) {
+  const std::filesystem::path p(path);
+  std::error_code ec;
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  const std::string text = ToYaml(config), tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  bool ok = f != nullptr && std::fwrite(text.data(), 1, text.size(), f) == text.size() &&
+            std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
+  const int err = errno;
+  if (f != nullptr && std::fclose(f) != 0) ok = false;
+  if (ok && std::rename(tmp.c_str(), path.c_str()) != 0) ok = false;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    throw InvalidArgument("cannot write config '" + path +
+                          "': " + std::strerror(err ? err : errno));
+  }
+}
+
+std::string ConfigHash(const Config& config) {
+  uint64_t h = 14695981039346656037ull;  // FNV-1a 64
+  for (const unsigned char ch : ToYaml(config)) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+Identity ResolveIdentity(std::optional<int> rank_flag, std::optional<int> workers_flag,
+                         std::optional<std::string> server_flag, const Config& config) {
+  Identity id;
+  std::string rank_from = "the default", workers_from = "cluster.workers";
+  if (rank_flag) {
+    rank_from = "--rank";
+    id.rank = detail::ParseIntValue(std::to_string(*rank_flag), rank_from, 0, INT32_MAX);
+  } else if (auto env = FirstEnv({"RANK", "SLURM_PROCID"})) {
+    rank_from = "$" + env->first;
+    id.rank = detail::ParseIntValue(env->second, rank_from, 0, INT32_MAX);
+  }
+  if (workers_flag) {
+    workers_from = "--workers";
+    id.workers = detail::ParseIntValue(std::to_string(*workers_flag), workers_from, 1, INT32_MAX);
+  } else if (auto env = FirstEnv({"WORLD_SIZE", "SLURM_NTASKS"})) {
+    workers_from = "$" + env->first;
+    id.workers = detail::ParseIntValue(env->second, workers_from, 1, INT32_MAX);
+  } else {
+    id.workers =
+        detail::ParseIntValue(std::to_string(config.cluster.workers), workers_from, 1, INT32_MAX);
+  }
+  if (server_flag) {
+    detail::CheckHostPort(*server_flag, "--server", 1);
+    id.server = *server_flag;
+  } else if (auto env = FirstEnv({"GRADPRESS_SERVER"})) {
+    detail::CheckHostPort(env->second, "$GRADPRESS_SERVER", 1);
+    id.server = env->second;
+  } else {
+    detail::CheckHostPort(config.cluster.server, "cluster.server", 1);
+    id.server = config.cluster.server;
+  }
+  if (id.rank >= id.workers) {
+    throw InvalidArgument("rank " + std::to_string(id.rank) + " (from " + rank_from +
+                          ") must be below the number of workers " + std::to_string(id.workers) +
+                          " (from " + workers_from + ")");
+  }
+  return id;
+}
+
+}  // namespace gradpress

@@ -1,0 +1,139 @@
+#pragma once
+// The experiment config: one YAML file (schema and example: shared/DESIGN.md, "Configuration")
+// plus Hydra-style overrides, resolved into plain structs whose defaults are written below.
+//
+//   Config c = LoadConfig("configs/lenet_fmnist_m5.yaml", {"train.lr=0.05", "push.then.levels=8"});
+//   WriteResolvedConfig(c, run_dir + "/config.yaml");
+//   Identity id = ResolveIdentity(rank_flag, workers_flag, server_flag, c);
+//
+// Every error is an InvalidArgument that says where and what:
+//   config.yaml:7: unknown key 'train.learning_rate'; did you mean 'train.lr'?
+//   config.yaml:9: train.lr: expected a number >= 0, got 'abc'
+//   --set sync.mode=lazy: 'lazy' is not one of sync, async
+// The codec blocks (push, pull) are kept as CodecSpec trees: their parameters are checked by
+// the codec factory (compressors::FromCodecSpec, then MakeCompressor), not here.
+// Thread-safety: plain values; ResolveIdentity reads the environment.
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gradpress {
+
+// A `push:` / `pull:` block: {codec: topk, ratio: 0.01, then: {codec: qsgd}, error_feedback: true}.
+struct CodecSpec {
+  std::string codec = "none";
+  std::map<std::string, std::string> params;  // every other key, as its YAML scalar text
+  bool error_feedback = false;
+  std::shared_ptr<CodecSpec> then;  // quantizer of a sparsifier's values, or null; copies of a
+                                    // CodecSpec share it: replace it, never edit it in place
+  int line = 0;                     // 1-based line of the block in its file; 0 if none
+};
+// Deep comparison of codec, params, error_feedback and then; `line` is ignored.
+bool operator==(const CodecSpec& a, const CodecSpec& b);
+bool operator!=(const CodecSpec& a, const CodecSpec& b);
+
+struct DatasetConfig {
+  std::string name = "fashion-mnist";  // fashion-mnist | mnist | cifar10 | synthetic
+  std::string path = "/usr/share/datasets/fashion-mnist";
+  int subset = 0;       // training images used; 0 = all
+  int test_subset = 0;  // test images used; 0 = all
+};
+
+struct TrainConfig {
+  int epochs = 2;
+  int batch_size = 64;  // per worker
+  double lr = 0.01;
+  double momentum = 0.9;
+  double weight_decay = 0;
+  bool nesterov = false;
+  int seed = 42;
+  std::string lr_schedule = "none";  // none | step | cosine
+  double warmup_epochs = 0;          // linear warm-up from 0, in (fractional) epochs
+  int lr_step_epochs = 0;            // step: lr *= lr_gamma every this many epochs (>= 1)
+  double lr_gamma = 0.1;
+  int threads = 1;           // intra-op threads per worker
+  int log_every = 50;        // steps between log lines; 0 = never
+  int checkpoint_every = 0;  // steps between checkpoints; 0 = only at the end
+};
+
+struct ClusterConfig {
+  std::string server = "127.0.0.1:50051";  // host:port the workers dial
+  int workers = 2;
+};
+
+struct SyncConfig {
+  std::string mode = "sync";             // sync | async
+  std::string exchange = "gradients";    // gradients | weights (what comes back)
+  int every = 1;                         // steps between syncs (method 6: 20)
+  int max_staleness = 4;                 // async: oldest push accepted, in steps
+  std::string model_selection = "best";  // best | average: the per-epoch rule of method 6
+};
+
+struct CompressConfig {
+  int min_numel = 1024;  // smaller tensors travel uncompressed
+  bool skip_1d = false;  // 1-D tensors (bias, BN) travel uncompressed
+};
+
+struct ServerConfig {
+  std::string listen = "0.0.0.0:50051";  // host:port; port 0 picks a free one
+  int threads = 2;                       // aggregation threads
+  double worker_timeout_s = 30;          // silent this long -> dropped from the barrier
+  int stats_every = 100;                 // steps between stats log lines; 0 = never
+  int metrics_port = 0;                  // Prometheus text endpoint; 0 = off
+  double deadline_s = 120;               // RPC deadline
+};
+
+struct OutputConfig {
+  std::string dir = "runs";  // runs go to <dir>/<name>/<timestamp>/
+};
+
+struct Config {
+  std::string name = "experiment";  // no '/'
+  std::string model = "lenet";      // lenet | vgg11 | resnet18 | resnet20
+  DatasetConfig dataset;
+  std::string device = "auto";  // auto | cpu | cuda
+  TrainConfig train;
+  ClusterConfig cluster;
+  SyncConfig sync;
+  CodecSpec push;  // worker -> server
+  CodecSpec pull;  // server -> worker
+  CompressConfig compress;
+  ServerConfig server;
+  OutputConfig output;
+};
+// Equal when ToYaml is equal (CodecSpec::line is ignored).
+bool operator==(const Config& a, const Config& b);
+bool operator!=(const Config& a, const Config& b);
+
+// Reads `path`, then applies `overrides` in order ("train.lr=0.05", "push.then.levels=8",
+// "push={codec: qsgd, levels: 8}" replaces a whole codec block, "push.then=null" drops one).
+// In a codec block, a key other than codec / error_feedback / then is a codec parameter.
+Config LoadConfig(const std::string& path, const std::vector<std::string>& overrides = {});
+// The same from text; `source_name` stands for the file name in errors.
+Config ParseConfig(const std::string& yaml_text, const std::string& source_name = "<config>",
+                   const std::vector<std::string>& overrides = {});
+
+// The resolved config, every key written: ParseConfig(ToYaml(c)) == c.
+std::string ToYaml(const Config& config);
+// Writes ToYaml(config) to `path` (temp file + rename); creates missing parent directories.
+void WriteResolvedConfig(const Config& config, const std::string& path);
+// 16 hex digits of FNV-1a 64 over ToYaml: workers of one job must agree on it. Every key
+// counts, device and output.dir included.
+std::string ConfigHash(const Config& config);
+
+struct Identity {
+  int rank = 0;
+  int workers = 1;
+  std::string server;  // host:port
+};
+// rank:    flag, else $RANK, else $SLURM_PROCID, else 0.
+// workers: flag, else $WORLD_SIZE, else $SLURM_NTASKS, else config.cluster.workers.
+// server:  flag, else $GRADPRESS_SERVER, else config.cluster.server ($MASTER_PORT never).
+// Empty variables count as unset. Throws InvalidArgument naming the flag or variable for a
+// value that is not an integer / host:port, and for rank >= workers.
+Identity ResolveIdentity(std::optional<int> rank_flag, std::optional<int> workers_flag,
+                         std::optional<std::string> server_flag, const Config& config);
+
+}  // namespace gradpress

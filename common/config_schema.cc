@@ -1,0 +1,321 @@
+#include "common/config_schema.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+#include "common/error.h"
+
+namespace gradpress::detail {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::string Trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+// Shortest text that strtod reads back to exactly `v`, so ToYaml shows 0.05, not 0.05000...,
+// and 120, not 1.2e+02.
+std::string FormatDouble(double v) {
+  char buf[64];
+  int precision = 1;
+  for (; precision < 17; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  const double a = std::fabs(v);
+  if (a >= 1 && a < 1e15) {  // all integer digits, no exponent
+    precision = std::max(precision, static_cast<int>(std::log10(a)) + 1);
+  }
+  std::snprintf(buf, sizeof(buf), "%.*g", precision, v);
+  return buf;
+}
+
+std::string Join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+// "an integer >= 1", "a number in [0, 1]", "a number > 0".
+std::string Expected(const char* what, double lo, double hi, bool lo_open) {
+  std::string s = what;
+  const bool has_lo = lo > -kInf && lo != INT_MIN, has_hi = hi < kInf && hi != INT_MAX;
+  if (has_lo && has_hi) {
+    return s + " in " + (lo_open ? "(" : "[") + FormatDouble(lo) + ", " + FormatDouble(hi) + "]";
+  }
+  if (has_lo) return s + (lo_open ? " > " : " >= ") + FormatDouble(lo);
+  if (has_hi) return s + " <= " + FormatDouble(hi);
+  return s;
+}
+
+double ParseDoubleValue(const std::string& raw, const std::string& where, double lo, double hi,
+                        bool lo_open) {
+  const std::string s = Trim(raw);
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  const bool ok = !s.empty() && *end == '\0' && errno == 0 && std::isfinite(v) &&
+                  (lo_open ? v > lo : v >= lo) && v <= hi;
+  if (!ok) {
+    throw InvalidArgument(where + ": expected " + Expected("a number", lo, hi, lo_open) +
+                          ", got '" + raw + "'");
+  }
+  return v;
+}
+
+ConfigField Int(const std::string& key, int* p, int lo, int hi = INT_MAX) {
+  return {key,
+          [=](const std::string& raw, const std::string& where) {
+            *p = ParseIntValue(raw, where, lo, hi);
+          },
+          [=] { return std::to_string(*p); }};
+}
+
+ConfigField Double(const std::string& key, double* p, double lo, double hi = kInf,
+                   bool lo_open = false) {
+  return {key,
+          [=](const std::string& raw, const std::string& where) {
+            *p = ParseDoubleValue(raw, where, lo, hi, lo_open);
+          },
+          [=] { return FormatDouble(*p); }};
+}
+
+ConfigField Bool(const std::string& key, bool* p) {
+  return {
+      key,
+      [=](const std::string& raw, const std::string& where) { *p = ParseBoolValue(raw, where); },
+      [=] { return std::string(*p ? "true" : "false"); }};
+}
+
+ConfigField OneOf(const std::string& key, std::string* p, std::vector<std::string> choices) {
+  return {key,
+          [=](const std::string& raw, const std::string& where) {
+            const std::string s = Trim(raw);
+            if (std::find(choices.begin(), choices.end(), s) == choices.end()) {
+              throw InvalidArgument(where + ": '" + raw + "' is not one of " + Join(choices));
+            }
+            *p = s;
+          },
+          [=] { return *p; }};
+}
+
+ConfigField String(const std::string& key, std::string* p,
+                   std::function<void(const std::string&, const std::string&)> check = nullptr) {
+  return {key,
+          [=](const std::string& raw, const std::string& where) {
+            if (check) check(raw, where);
+            *p = raw;
+          },
+          [=] { return *p; }};
+}
+
+ConfigField Codec(const std::string& key, CodecSpec* p) { return {key, nullptr, nullptr, p}; }
+
+// Optimal-string-alignment distance: edits, with a swap of neighbours counting as one.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// "learning_rate" -> "lr"; words without '_' stay as they are.
+std::string Initials(const std::string& s) {
+  if (s.find('_') == std::string::npos) return s;
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '_' && (i == 0 || s[i - 1] == '_')) out += s[i];
+  }
+  return out;
+}
+
+// Edit distance that also matches an abbreviation by initials (learning_rate ~ lr) at cost 1.
+size_t KeyDistance(const std::string& a, const std::string& b) {
+  return std::min(
+      {EditDistance(a, b), 1 + EditDistance(Initials(a), b), 1 + EditDistance(a, Initials(b))});
+}
+
+std::pair<std::string, std::string> SplitSection(const std::string& key) {
+  const auto dot = key.rfind('.');
+  if (dot == std::string::npos) return {"", key};
+  return {key.substr(0, dot), key.substr(dot + 1)};
+}
+
+void CheckName(const std::string& raw, const std::string& where) {
+  if (raw.empty() || raw.find('/') != std::string::npos) {
+    throw InvalidArgument(where + ": expected a non-empty name without '/', got '" + raw + "'");
+  }
+}
+
+void CheckNonEmpty(const std::string& raw, const std::string& where) {
+  if (Trim(raw).empty()) throw InvalidArgument(where + ": expected a non-empty path");
+}
+
+void CheckCodecNamed(const CodecSpec& spec, const std::string& key) {
+  if (Trim(spec.codec).empty()) {
+    throw InvalidArgument(key + ": missing 'codec' (e.g. " + key + ".codec=qsgd)");
+  }
+  if (spec.then) CheckCodecNamed(*spec.then, key + ".then");
+}
+
+}  // namespace
+
+std::vector<ConfigField> ConfigFields(Config& c) {
+  auto address = [](int min_port) {
+    return [=](const std::string& raw, const std::string& where) {
+      CheckHostPort(raw, where, min_port);
+    };
+  };
+  return {
+      String("name", &c.name, CheckName),
+      OneOf("model", &c.model, {"lenet", "vgg11", "resnet18", "resnet20"}),
+      OneOf("dataset.name", &c.dataset.name, {"fashion-mnist", "mnist", "cifar10", "synthetic"}),
+      String("dataset.path", &c.dataset.path),
+      Int("dataset.subset", &c.dataset.subset, 0),
+      Int("dataset.test_subset", &c.dataset.test_subset, 0),
+      OneOf("device", &c.device, {"auto", "cpu", "cuda"}),
+      Int("train.epochs", &c.train.epochs, 1),
+      Int("train.batch_size", &c.train.batch_size, 1),
+      Double("train.lr", &c.train.lr, 0),
+      Double("train.momentum", &c.train.momentum, 0, 1),
+      Double("train.weight_decay", &c.train.weight_decay, 0),
+      Bool("train.nesterov", &c.train.nesterov),
+      Int("train.seed", &c.train.seed, 0),
+      OneOf("train.lr_schedule", &c.train.lr_schedule, {"none", "step", "cosine"}),
+      Double("train.warmup_epochs", &c.train.warmup_epochs, 0),
+      Int("train.lr_step_epochs", &c.train.lr_step_epochs, 0),
+      Double("train.lr_gamma", &c.train.lr_gamma, 0, 1, /*lo_open=*/true),
+      Int("train.threads", &c.train.threads, 1),
+      Int("train.log_every", &c.train.log_every, 0),
+      Int("train.checkpoint_every", &c.train.checkpoint_every, 0),
+      String("cluster.server", &c.cluster.server, address(1)),
+      Int("cluster.workers", &c.cluster.workers, 1),
+      OneOf("sync.mode", &c.sync.mode, {"sync", "async"}),
+      OneOf("sync.exchange", &c.sync.exchange, {"gradients", "weights"}),
+      Int("sync.every", &c.sync.every, 1),
+      Int("sync.max_staleness", &c.sync.max_staleness, 0),
+      OneOf("sync.model_selection", &c.sync.model_selection, {"best", "average"}),
+      Codec("push", &c.push),
+      Codec("pull", &c.pull),
+      Int("compress.min_numel", &c.compress.min_numel, 0),
+      Bool("compress.skip_1d", &c.compress.skip_1d),
+      String("server.listen", &c.server.listen, address(0)),
+      Int("server.threads", &c.server.threads, 1),
+      Double("server.worker_timeout_s", &c.server.worker_timeout_s, 0, kInf, /*lo_open=*/true),
+      Int("server.stats_every", &c.server.stats_every, 0),
+      Int("server.metrics_port", &c.server.metrics_port, 0, 65535),
+      Double("server.deadline_s", &c.server.deadline_s, 0, kInf, /*lo_open=*/true),
+      String("output.dir", &c.output.dir, CheckNonEmpty),
+  };
+}
+
+ConfigField* FindField(std::vector<ConfigField>& fields, const std::string& key) {
+  for (auto& f : fields) {
+    if (f.key == key) return &f;
+  }
+  return nullptr;
+}
+
+bool IsSection(const std::vector<ConfigField>& fields, const std::string& key) {
+  for (const auto& f : fields) {
+    if (f.key.size() > key.size() && f.key.compare(0, key.size() + 1, key + ".") == 0) return true;
+  }
+  return false;
+}
+
+std::string UnknownKeyMessage(const std::vector<ConfigField>& fields, const std::string& key) {
+  // Candidates: every key and section; one in another section costs one more edit.
+  std::vector<std::string> candidates;
+  for (const auto& f : fields) {
+    candidates.push_back(f.key);
+    const auto dot = f.key.find('.');
+    if (dot != std::string::npos) candidates.push_back(f.key.substr(0, dot));
+  }
+  const auto [section, leaf] = SplitSection(key);
+  std::string best;
+  size_t best_distance = SIZE_MAX;
+  std::vector<std::string> siblings;
+  for (const auto& c : candidates) {
+    const auto [c_section, c_leaf] = SplitSection(c);
+    const size_t d = KeyDistance(leaf, c_leaf) + (c_section == section ? 0 : 1);
+    if (d < best_distance) best_distance = d, best = c;
+    if (c_section == section &&
+        std::find(siblings.begin(), siblings.end(), c_leaf) == siblings.end()) {
+      siblings.push_back(c_leaf);
+    }
+  }
+  std::string msg = "unknown key '" + key + "'";
+  if (best_distance <= 2 || 2 * best_distance <= std::max(leaf.size(), best.size())) {
+    return msg + "; did you mean '" + best + "'?";
+  }
+  if (siblings.empty()) return msg;
+  return msg + "; valid keys" + (section.empty() ? "" : " in '" + section + "'") + ": " +
+         Join(siblings);
+}
+
+void ValidateConfig(const Config& c) {
+  CheckCodecNamed(c.push, "push");
+  CheckCodecNamed(c.pull, "pull");
+  if (c.train.lr_schedule == "step" && c.train.lr_step_epochs < 1) {
+    throw InvalidArgument("train.lr_schedule is 'step': set train.lr_step_epochs >= 1");
+  }
+}
+
+int ParseIntValue(const std::string& raw, const std::string& where, long long lo, long long hi) {
+  const std::string s = Trim(raw);
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  const bool ok = !s.empty() && *end == '\0' && errno == 0 && v >= lo && v <= hi;
+  if (!ok) {
+    throw InvalidArgument(
+        where + ": expected " +
+        Expected("an integer", static_cast<double>(lo), static_cast<double>(hi), false) +
+        ", got '" + raw + "'");
+  }
+  return static_cast<int>(v);
+}
+
+bool ParseBoolValue(const std::string& raw, const std::string& where) {
+  std::string s = Trim(raw);
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  if (s == "true" || s == "yes" || s == "on") return true;
+  if (s == "false" || s == "no" || s == "off") return false;
+  throw InvalidArgument(where + ": expected true or false, got '" + raw + "'");
+}
+
+void CheckHostPort(const std::string& raw, const std::string& where, int min_port) {
+  const auto colon = raw.rfind(':');
+  bool ok = colon != std::string::npos && colon > 0 && colon + 1 < raw.size() &&
+            raw.find_first_of(" \t") == std::string::npos;
+  if (ok) {
+    const std::string port = raw.substr(colon + 1);
+    char* end = nullptr;
+    const long v = std::strtol(port.c_str(), &end, 10);
+    ok = *end == '\0' && std::isdigit(static_cast<unsigned char>(port[0])) && v >= min_port &&
+         v <= 65535;
+  }
+  if (!ok) {
+    throw InvalidArgument(where + ": expected host:port with a port in [" +
+                          std::to_string(min_port) + ", 65535], got '" + raw + "'");
+  }
+}
+
+}  // namespace gradpress::detail

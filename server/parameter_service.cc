@@ -1,0 +1,191 @@
+#include "server/parameter_service.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/error.h"
+#include "transport/chunks.h"
+#include "transport/status.h"
+
+namespace gradpress::server {
+namespace {
+
+using transport::ToStatus;
+
+struct ReceivedPush {
+  proto::PushHeader header;
+  std::vector<KeyPayload> payloads;
+};
+
+// Reads a PushHeader then chunks until the client half-closes.
+template <typename Reader>
+ReceivedPush ReadPush(Reader* reader, const std::vector<TensorSpec>& model) {
+  ReceivedPush push;
+  proto::PushMessage msg;
+  GP_ENFORCE(reader->Read(&msg), "push stream ended before its header");
+  GP_ENFORCE(msg.has_header(), "push stream must start with a PushHeader");
+  push.header = msg.header();
+  GP_ENFORCE_AS(NotFound, !model.empty(), "worker '", push.header.worker_id(),
+                "' is not registered (no model yet)");
+  transport::PayloadAssembler assembler(model);
+  while (reader->Read(&msg)) {
+    GP_ENFORCE(msg.has_chunk(), "push stream has a second header");
+    assembler.Add(msg.mutable_chunk());
+  }
+  push.payloads = assembler.Finish();
+  return push;
+}
+
+WorkerId Id(const std::string& name, uint64_t incarnation) { return {name, incarnation}; }
+
+// Streams a header and the result's chunks; returns payload bytes sent.
+template <typename Writer>
+void WriteResult(Writer* writer, const StepResult& r, double wait_ms, double server_ms,
+                 ParameterStore* store) {
+  proto::PullMessage msg;
+  auto* h = msg.mutable_header();
+  h->set_step(r.step);
+  h->set_wait_ms(wait_ms);
+  h->set_server_ms(server_ms);
+  h->set_contributors(r.contributors);
+  GP_ENFORCE_AS(Unavailable, writer->Write(msg), "client went away");
+  uint64_t bytes = 0;
+  for (const auto& kp : r.payloads) {
+    transport::ForEachChunk(kp, [&](proto::TensorChunk&& c) {
+      proto::PullMessage m;
+      bytes += c.data().size();
+      *m.mutable_chunk() = std::move(c);
+      GP_ENFORCE_AS(Unavailable, writer->Write(m), "client went away");
+    });
+  }
+  store->CountBytesOut(bytes);
+}
+
+}  // namespace
+
+ParameterService::ParameterService(ParameterStore* store, double deadline_s)
+    : store_(store), deadline_s_(deadline_s) {}
+
+Clock::time_point ParameterService::Deadline(const grpc::ServerContext* ctx) const {
+  const auto ours = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(deadline_s_));
+  const auto theirs = ctx->deadline();  // system_clock
+  const auto left = theirs - std::chrono::system_clock::now();
+  if (left < std::chrono::hours(24 * 365))
+    return std::min(ours, Clock::now() + std::chrono::duration_cast<Clock::duration>(left));
+  return ours;
+}
+
+grpc::Status ParameterService::Register(grpc::ServerContext*, const proto::RegisterRequest* req,
+                                        proto::RegisterReply* reply) {
+  try {
+    std::vector<TensorSpec> model;
+    for (const auto& s : req->model()) model.push_back(transport::FromProto(s));
+    const RegisterResult r =
+        store_->Register(Id(req->worker_id(), req->incarnation()), model, req->config_hash());
+    reply->set_rank(r.rank);
+    reply->set_world_size(r.world_size);
+    reply->set_server_step(r.server_step);
+    reply->set_initialized(r.initialized);
+    return grpc::Status::OK;
+  } catch (...) {
+    return ToStatus(std::current_exception());
+  }
+}
+
+grpc::Status ParameterService::InitWeights(grpc::ServerContext*,
+                                           grpc::ServerReader<proto::PushMessage>* reader,
+                                           proto::InitReply* reply) {
+  try {
+    ReceivedPush push = ReadPush(reader, store_->model());
+    reply->set_accepted(store_->InitWeights(
+        Id(push.header.worker_id(), push.header.incarnation()), push.payloads));
+    return grpc::Status::OK;
+  } catch (...) {
+    return ToStatus(std::current_exception());
+  }
+}
+
+grpc::Status ParameterService::PullWeights(grpc::ServerContext*, const proto::PullRequest* req,
+                                           grpc::ServerWriter<proto::PullMessage>* writer) {
+  try {
+    auto r = store_->Weights(Id(req->worker_id(), req->incarnation()));
+    WriteResult(writer, *r, 0, 0, store_);
+    return grpc::Status::OK;
+  } catch (...) {
+    return ToStatus(std::current_exception());
+  }
+}
+
+grpc::Status ParameterService::PushPull(
+    grpc::ServerContext* ctx,
+    grpc::ServerReaderWriter<proto::PullMessage, proto::PushMessage>* stream) {
+  try {
+    ReceivedPush push = ReadPush(stream, store_->model());
+    const auto& h = push.header;
+    PushPullResult r = store_->PushPull(Id(h.worker_id(), h.incarnation()), h.step(),
+                                        h.base_step(), std::move(push.payloads), Deadline(ctx));
+    WriteResult(stream, *r.result, r.wait_ms, r.apply_ms + r.result->server_ms, store_);
+    return grpc::Status::OK;
+  } catch (...) {
+    return ToStatus(std::current_exception());
+  }
+}
+
+grpc::Status ParameterService::Push(grpc::ServerContext* ctx,
+                                    grpc::ServerReader<proto::PushMessage>* reader,
+                                    proto::PushReply* reply) {
+  try {
+    ReceivedPush push = ReadPush(reader, store_->model());
+    const auto& h = push.header;
+    PushPullResult r =
+        store_->PushPull(Id(h.worker_id(), h.incarnation()), h.step(), h.base_step(),
+                         std::move(push.payloads), Deadline(ctx), /*wait=*/false);
+    reply->set_step(store_->step());
+    reply->set_duplicate(r.duplicate);
+    return grpc::Status::OK;
+  } catch (...) {
+    return ToStatus(std::current_exception());
+  }
+}
+
+grpc::Status ParameterService::Pull(grpc::ServerContext*, const proto::PullRequest* req,
+                                    grpc::ServerWriter<proto::PullMessage>* writer) {
+  try {
+    auto r = store_->Pull(Id(req->worker_id(), req->incarnation()));
+    WriteResult(writer, *r, 0, r->server_ms, store_);
+    return grpc::Status::OK;
+  } catch (...) {
+    return ToStatus(std::current_exception());
+  }
+}
+
+grpc::Status ParameterService::Heartbeat(grpc::ServerContext*,
+                                         const proto::HeartbeatRequest* req,
+                                         proto::HeartbeatReply* reply) {
+  try {
+    reply->set_server_step(store_->Heartbeat(Id(req->worker_id(), req->incarnation())));
+    reply->set_live_workers(store_->Stats().live_workers);
+    return grpc::Status::OK;
+  } catch (...) {
+    return ToStatus(std::current_exception());
+  }
+}
+
+grpc::Status ParameterService::Stats(grpc::ServerContext*, const proto::StatsRequest*,
+                                     proto::StatsReply* reply) {
+  try {
+    const StoreStats s = store_->Stats();
+    reply->set_steps(s.steps);
+    reply->set_bytes_in(s.bytes_in);
+    reply->set_bytes_out(s.bytes_out);
+    reply->set_live_workers(s.live_workers);
+    for (const auto& [reason, n] : s.rejected) (*reply->mutable_rejected())[reason] = n;
+    reply->set_mean_step_server_ms(s.mean_server_ms);
+    reply->set_prometheus(s.Prometheus());
+    return grpc::Status::OK;
+  } catch (...) {
+    return ToStatus(std::current_exception());
+  }
+}
+
+}  // namespace gradpress::server

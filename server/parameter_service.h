@@ -1,0 +1,47 @@
+#pragma once
+// ParameterService: the thin gRPC adapter over ParameterStore. Handlers only translate:
+// proto -> store call -> proto. Payloads arrive and leave as 1 MiB chunks
+// (transport/chunks.h); every exception becomes a grpc::Status here and nowhere else
+// (transport/status.h), so bad input never takes the daemon down.
+//
+//   ParameterStore store(opts);  ParameterService service(&store, /*deadline_s=*/120);
+//   builder.RegisterService(&service);
+//
+// Thread-safety: gRPC calls handlers concurrently; the store is thread-safe.
+#include "proto/gradpress.grpc.pb.h"
+#include "server/parameter_store.h"
+
+namespace gradpress::server {
+
+class ParameterService final : public proto::ParameterServer::Service {
+ public:
+  // deadline_s bounds how long a push waits at the barrier (the client's deadline, if
+  // earlier, wins).
+  ParameterService(ParameterStore* store, double deadline_s);
+
+  grpc::Status Register(grpc::ServerContext* ctx, const proto::RegisterRequest* req,
+                        proto::RegisterReply* reply) override;
+  grpc::Status InitWeights(grpc::ServerContext* ctx,
+                           grpc::ServerReader<proto::PushMessage>* reader,
+                           proto::InitReply* reply) override;
+  grpc::Status PullWeights(grpc::ServerContext* ctx, const proto::PullRequest* req,
+                           grpc::ServerWriter<proto::PullMessage>* writer) override;
+  grpc::Status PushPull(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<proto::PullMessage, proto::PushMessage>* stream) override;
+  grpc::Status Push(grpc::ServerContext* ctx, grpc::ServerReader<proto::PushMessage>* reader,
+                    proto::PushReply* reply) override;
+  grpc::Status Pull(grpc::ServerContext* ctx, const proto::PullRequest* req,
+                    grpc::ServerWriter<proto::PullMessage>* writer) override;
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const proto::HeartbeatRequest* req,
+                         proto::HeartbeatReply* reply) override;
+  grpc::Status Stats(grpc::ServerContext* ctx, const proto::StatsRequest* req,
+                     proto::StatsReply* reply) override;
+
+ private:
+  Clock::time_point Deadline(const grpc::ServerContext* ctx) const;
+  ParameterStore* store_;
+  double deadline_s_;
+};
+
+}  // namespace gradpress::server

@@ -1,0 +1,241 @@
+#include "server/parameter_store.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/tensor_bytes.h"
+#include "common/timer.h"
+#include "compressors/error_feedback.h"
+#include "compressors/registry.h"
+
+namespace gradpress::server {
+
+using compressors::Compressor;
+using compressors::Payload;
+
+namespace {
+
+std::string ModelDiff(const TensorSpec& a, const TensorSpec& b) {
+  std::ostringstream os;
+  os << "key '" << b.key << "': shape " << ShapeToString(b.shape) << " "
+     << compressors::DTypeName(b.dtype) << " vs the first model's '" << a.key << "' "
+     << ShapeToString(a.shape) << " " << compressors::DTypeName(a.dtype);
+  return os.str();
+}
+
+// Index of the first non-finite element, or -1.
+int64_t FirstNonFinite(const float* x, int64_t n) {
+  float probe = 0.f;  // x - x is NaN for NaN and Inf
+  for (int64_t i = 0; i < n; ++i) probe += x[i] - x[i];
+  if (probe == 0.f) return -1;
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return i;
+  return -1;
+}
+
+std::vector<float>& Scratch(int64_t n) {
+  thread_local std::vector<float> scratch;
+  if (static_cast<int64_t>(scratch.size()) < n) scratch.resize(n);
+  return scratch;
+}
+
+}  // namespace
+
+uint64_t StepResult::PayloadBytes() const {
+  uint64_t b = 0;
+  for (const auto& p : payloads) b += p.payload.bytes.size();
+  return b;
+}
+
+ParameterStore::ParameterStore(StoreOptions options)
+    : opt_(std::move(options)), pool_(std::max(1, opt_.threads)) {
+  compressors::RegisterBuiltinCompressors();
+  GP_ENFORCE(opt_.workers >= 1, "server needs at least one worker, got ", opt_.workers);
+  GP_ENFORCE(!opt_.async || opt_.exchange_weights,
+             "async mode applies each push to the server's weights: it needs exchange=weights");
+  compressors::MakeCompressor(opt_.pull);  // validates the pull codec now, not at step 1
+}
+
+ParameterStore::~ParameterStore() { Shutdown(); }
+
+RegisterResult ParameterStore::Register(const WorkerId& w, const std::vector<TensorSpec>& model,
+                                        const std::string& config_hash) {
+  std::lock_guard<std::mutex> lock(mu_);
+  GP_ENFORCE(!w.name.empty(), "worker_id must not be empty");
+  GP_ENFORCE(!model.empty(), "worker '", w.name, "' registered an empty model");
+  if (model_.empty()) {
+    std::set<std::string> seen;
+    for (const auto& t : model) {
+      GP_ENFORCE(seen.insert(t.key).second, "model has key '", t.key, "' twice");
+      NumelOf(t.shape);
+    }
+    model_ = model;
+    config_hash_ = config_hash;
+    for (size_t i = 0; i < model_.size(); ++i) {
+      key_index_[model_[i].key] = i;
+      auto k = std::make_unique<KeyState>();
+      k->numel = NumelOf(model_[i].shape);
+      k->weights.assign(k->numel, 0.f);
+      k->accum.assign(k->numel, 0.f);
+      compressors::CompressorConfig pull = opt_.pull;
+      if (k->numel < opt_.min_numel) pull = compressors::CompressorConfig{};
+      k->pull = compressors::MakeCompressor(pull);
+      keys_.push_back(std::move(k));
+    }
+  } else {
+    GP_ENFORCE_AS(FailedPrecondition, config_hash == config_hash_, "worker '", w.name,
+                  "' runs another job config (hash ", config_hash, ", first worker's ",
+                  config_hash_, ")");
+    for (size_t i = 0; i < std::max(model.size(), model_.size()); ++i) {
+      GP_ENFORCE_AS(FailedPrecondition, i < model.size(), "model fingerprint differs: key '",
+                    model_[i].key, "' is missing from worker '", w.name, "'");
+      GP_ENFORCE_AS(FailedPrecondition, i < model_.size(), "model fingerprint differs: key '",
+                    model[i].key, "' of worker '", w.name, "' is not in the first model");
+      const TensorSpec &a = model_[i], &b = model[i];
+      GP_ENFORCE_AS(FailedPrecondition, a.key == b.key && a.shape == b.shape && a.dtype == b.dtype,
+                    "model fingerprint differs at ", ModelDiff(a, b));
+    }
+  }
+  auto it = workers_.find(w.name);
+  if (it == workers_.end()) {
+    GP_ENFORCE_AS(FailedPrecondition, static_cast<int>(workers_.size()) < opt_.workers,
+                  "server expects ", opt_.workers, " workers and all have registered; '", w.name,
+                  "' is one too many");
+    it = workers_.emplace(w.name, WorkerState{}).first;
+    it->second.rank = next_rank_++;
+  } else {
+    GP_ENFORCE_AS(FailedPrecondition, w.incarnation >= it->second.incarnation, "worker '", w.name,
+                  "' registered with incarnation ", w.incarnation, " older than the current ",
+                  it->second.incarnation);
+    if (!it->second.live) spdlog::info("worker '{}' rejoins at step {}", w.name, step_);
+  }
+  it->second.incarnation = w.incarnation;
+  it->second.live = true;
+  it->second.last_seen = Clock::now();
+  return {it->second.rank, opt_.workers, step_, initialized_};
+}
+
+ParameterStore::WorkerState& ParameterStore::CheckWorker(const WorkerId& w) {
+  auto it = workers_.find(w.name);
+  GP_ENFORCE_AS(NotFound, it != workers_.end(), "worker '", w.name, "' is not registered");
+  WorkerState& ws = it->second;
+  GP_ENFORCE_AS(FailedPrecondition, w.incarnation >= ws.incarnation, "worker '", w.name,
+                "': incarnation ", w.incarnation, " is older than the registered ", ws.incarnation,
+                " (a restarted copy has taken over)");
+  GP_ENFORCE_AS(FailedPrecondition, w.incarnation == ws.incarnation, "worker '", w.name,
+                "': incarnation ", w.incarnation, " has not registered (registered: ",
+                ws.incarnation, ")");
+  GP_ENFORCE_AS(FailedPrecondition, ws.live, "worker '", w.name,
+                "' was dropped from the barrier after ", opt_.worker_timeout_s,
+                " s of silence; register again to rejoin");
+  ws.last_seen = Clock::now();
+  return ws;
+}
+
+void ParameterStore::Reject(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.rejected[reason];
+}
+
+bool ParameterStore::InitWeights(const WorkerId& w, const std::vector<KeyPayload>& weights) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    CheckWorker(w);
+    if (initialized_) return false;
+  }
+  const auto ordered = Validate(weights);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (initialized_) return false;
+  pool_.ParallelFor(static_cast<int64_t>(keys_.size()), [&](int64_t i) {
+    Decoder(ordered[i]->codec).DecodeTo(ordered[i]->bytes, keys_[i]->numel,
+                                        keys_[i]->weights.data());
+  });
+  initialized_ = true;
+  spdlog::info("initial weights from worker '{}' ({} keys)", w.name, keys_.size());
+  return true;
+}
+
+std::shared_ptr<const StepResult> ParameterStore::Weights(const WorkerId& w) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckWorker(w);
+  GP_ENFORCE_AS(FailedPrecondition, initialized_, "the server has no weights yet");
+  return Encode(step_, /*weights=*/true, /*lossless=*/true);
+}
+
+const Compressor& ParameterStore::Decoder(const std::string& codec) {
+  std::lock_guard<std::mutex> lock(decoders_mu_);
+  auto& d = decoders_[codec];
+  if (!d) d = compressors::MakeDecoder(codec);
+  return *d;
+}
+
+std::vector<const Payload*> ParameterStore::Validate(const std::vector<KeyPayload>& pushes) {
+  std::vector<const Payload*> ordered(keys_.size(), nullptr);
+  try {
+    for (const auto& kp : pushes) {
+      auto it = key_index_.find(kp.key);
+      GP_ENFORCE(it != key_index_.end(), "unknown key '", kp.key, "'");
+      GP_ENFORCE(ordered[it->second] == nullptr, "key '", kp.key, "' pushed twice");
+      const TensorSpec& spec = model_[it->second];
+      GP_ENFORCE(kp.payload.shape == spec.shape, "key '", kp.key, "': shape ",
+                 ShapeToString(kp.payload.shape), " does not match the model's ",
+                 ShapeToString(spec.shape));
+      ordered[it->second] = &kp.payload;
+    }
+    for (size_t i = 0; i < ordered.size(); ++i)
+      GP_ENFORCE(ordered[i] != nullptr, "push is missing key '", model_[i].key, "'");
+  } catch (const InvalidArgument&) {
+    Reject("bad_key_or_shape");
+    throw;
+  }
+  // Decode every key once to prove it decodes and is finite; nothing is applied yet.
+  std::vector<std::string> errors(ordered.size());
+  std::vector<char> non_finite(ordered.size(), 0);
+  pool_.ParallelFor(static_cast<int64_t>(ordered.size()), [&](int64_t i) {
+    const int64_t n = keys_[i]->numel;
+    std::vector<float>& scratch = Scratch(n);
+    try {
+      Decoder(ordered[i]->codec).DecodeTo(ordered[i]->bytes, n, scratch.data());
+    } catch (const Error& e) {
+      errors[i] = "key '" + model_[i].key + "': payload does not decode: " + e.what();
+      return;
+    }
+    const int64_t bad = FirstNonFinite(scratch.data(), n);
+    if (bad >= 0) {
+      non_finite[i] = 1;
+      errors[i] = "key '" + model_[i].key + "': decoded gradient has NaN or Inf at element " +
+                  std::to_string(bad);
+    }
+  });
+  for (size_t i = 0; i < errors.size(); ++i) {
+    if (errors[i].empty()) continue;
+    Reject(non_finite[i] ? "non_finite" : "undecodable");
+    throw InvalidArgument(errors[i]);
+  }
+  return ordered;
+}
+
+void ParameterStore::Accumulate(const std::vector<const Payload*>& ordered) {
+  pool_.ParallelFor(static_cast<int64_t>(ordered.size()), [&](int64_t i) {
+    KeyState& k = *keys_[i];
+    std::vector<float>& scratch = Scratch(k.numel);
+    Decoder(ordered[i]->codec).DecodeTo(ordered[i]->bytes, k.numel, scratch.data());
+    std::lock_guard<std::mutex> lock(k.accum_mu);
+    float* acc = k.accum.data();
+    const float* s = scratch.data();
+    for (int64_t j = 0; j < k.numel; ++j) acc[j] += s[j];
+  });
+}
+
+std::shared_ptr<const StepResult> ParameterStore::FindResult(int64_t step) const {
+  for (const auto& r : results_)
+    if (r->step == step) return r;
+  return nullptr;
+}
+
+}  // namespace gradpress::server

@@ -1,0 +1,183 @@
+#pragma once
+// ParameterStore: the parameter server's logic, without gRPC. It holds the model's tensors by
+// key, registers workers, validates and aggregates their pushes per step, steps the server
+// optimizer (exchange=weights) and encodes each step's result once with the pull codec.
+//
+//   ParameterStore store(options);
+//   auto r = store.Register({"worker-0", 1}, model_specs, config_hash);
+//   store.InitWeights({"worker-0", 1}, initial_payloads);          // first worker wins
+//   auto out = store.PushPull({"worker-0", 1}, step, pushes, deadline);  // sync: blocks
+//
+// Sync: a step completes when every live worker has pushed it; the mean is taken over the
+// pushes received (a worker silent for worker_timeout_s is dropped and the mean
+// renormalises; it may Register again and rejoin). Async (exchange=weights only): each push
+// is applied at once; one whose base step is more than max_staleness behind is refused.
+// Every push is validated whole before any of it is applied: unknown worker (NotFound),
+// stale incarnation or step, fingerprint mismatch (FailedPrecondition), wrong key or shape,
+// undecodable payload, NaN or Inf (InvalidArgument) -- the error names the key and reason and
+// the store is left unchanged. A repeated (worker, incarnation, step) is acknowledged and
+// never applied twice. Pushes are decoded straight into one accumulator per key, never kept
+// per worker beyond their (compressed) payload bytes.
+// Thread-safety: every method may be called concurrently (one gRPC thread per RPC).
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "compressors/compressor.h"
+#include "compressors/compressor_config.h"
+#include "server/sgd.h"
+
+namespace gradpress::server {
+
+using Clock = std::chrono::steady_clock;
+
+using compressors::KeyPayload;
+using compressors::TensorSpec;
+
+struct WorkerId {
+  std::string name;
+  uint64_t incarnation = 0;
+};
+
+struct StoreOptions {
+  int workers = 2;                  // workers expected to register
+  bool async = false;               // sync barrier, or apply each push at once
+  bool exchange_weights = false;    // server steps SGD and returns weights (methods 1-2)
+  SgdOptions sgd;                   // used when exchange_weights
+  compressors::CompressorConfig pull;  // codec (+ error feedback) of what the server returns
+  int64_t min_numel = 1024;         // smaller tensors travel uncompressed
+  double worker_timeout_s = 30;     // silence after which a worker leaves the barrier
+  int max_staleness = 4;            // async: steps a push's base may lag
+  int threads = 2;                  // keys decoded / encoded in parallel
+};
+
+struct RegisterResult {
+  int rank = 0;
+  int world_size = 0;
+  int64_t server_step = 0;
+  bool initialized = false;
+};
+
+// One step's result, encoded once and shared by every worker that asks for it.
+struct StepResult {
+  int64_t step = 0;          // the step this result completes (its index, 0-based)
+  int contributors = 0;      // pushes averaged into it
+  double server_ms = 0;      // time to finalize (mean, optimizer, encode)
+  std::vector<KeyPayload> payloads;  // model order
+  uint64_t PayloadBytes() const;
+};
+
+struct PushPullResult {
+  std::shared_ptr<const StepResult> result;
+  double wait_ms = 0;      // time this push waited for the other workers
+  double apply_ms = 0;     // validate + decode + accumulate
+  bool duplicate = false;  // the push had been applied before
+};
+
+struct StoreStats {
+  int64_t steps = 0;
+  uint64_t bytes_in = 0;   // payload bytes of applied pushes
+  uint64_t bytes_out = 0;  // payload bytes sent (counted by the transport)
+  int live_workers = 0;
+  std::map<std::string, uint64_t> rejected;  // by reason
+  double mean_server_ms = 0;                 // apply + finalize per step, mean
+  std::string Prometheus() const;
+};
+
+class ParameterStore {
+ public:
+  explicit ParameterStore(StoreOptions options);
+  ~ParameterStore();
+
+  RegisterResult Register(const WorkerId& w, const std::vector<TensorSpec>& model,
+                          const std::string& config_hash);
+  // Returns true if these became the server's weights (the first call wins).
+  bool InitWeights(const WorkerId& w, const std::vector<KeyPayload>& weights);
+  // The server's current weights, lossless ("none" codec).
+  std::shared_ptr<const StepResult> Weights(const WorkerId& w);
+
+  // Sync: applies the push to `step` and waits (until `deadline`) for the step's result.
+  // Async: applies it (base_step = the step of the weights it was computed on) and returns
+  // the current weights.
+  // wait=false (the Push RPC): returns once applied, with a null result in sync mode.
+  PushPullResult PushPull(const WorkerId& w, int64_t step, int64_t base_step,
+                          std::vector<KeyPayload> pushes, Clock::time_point deadline,
+                          bool wait = true);
+  // The newest result (sync: last completed step; async: current weights).
+  std::shared_ptr<const StepResult> Pull(const WorkerId& w);
+  // Marks the worker alive; returns the server step.
+  int64_t Heartbeat(const WorkerId& w);
+
+  // Drops workers silent for longer than worker_timeout_s; completes a step they blocked.
+  void CheckTimeouts();
+  // Wakes every waiter with Unavailable; later pushes are refused.
+  void Shutdown();
+  void CountBytesOut(uint64_t bytes);
+  StoreStats Stats() const;
+  int64_t step() const;
+  // The registered model (empty before the first Register).
+  std::vector<TensorSpec> model() const;
+
+ private:
+  struct KeyState {
+    int64_t numel = 0;
+    std::vector<float> weights;
+    std::vector<float> accum;  // sum of the open step's pushes
+    std::mutex accum_mu;
+    SgdState sgd;
+    std::unique_ptr<compressors::Compressor> pull;  // pull codec with its own error feedback
+  };
+  struct WorkerState {
+    int rank = 0;
+    uint64_t incarnation = 0;
+    Clock::time_point last_seen;
+    bool live = true;
+    int64_t last_step = -1;  // sync: last step contributed; async: last push counter applied
+  };
+  WorkerState& CheckWorker(const WorkerId& w);  // mu_ held
+  void Reject(const std::string& reason);       // counts; mu_ not held
+  // Validates every push (structure, decode, finite) and returns them in model order.
+  std::vector<const compressors::Payload*> Validate(const std::vector<KeyPayload>& pushes);
+  void Accumulate(const std::vector<const compressors::Payload*>& ordered);
+  void MaybeFinalize();  // mu_ held
+  std::shared_ptr<const StepResult> Encode(int64_t step, bool weights, bool lossless);  // mu_ held
+  PushPullResult AsyncPush(const WorkerId& w, int64_t step, int64_t base_step,
+                           const std::vector<const compressors::Payload*>& ordered);
+  const compressors::Compressor& Decoder(const std::string& codec);
+  std::shared_ptr<const StepResult> FindResult(int64_t step) const;  // mu_ held
+
+  const StoreOptions opt_;
+  ThreadPool pool_;
+  mutable std::mutex mu_;
+  std::condition_variable step_cv_;
+  bool shutdown_ = false;
+  std::vector<TensorSpec> model_;
+  std::map<std::string, size_t> key_index_;
+  std::vector<std::unique_ptr<KeyState>> keys_;
+  std::string config_hash_;
+  bool initialized_ = false;
+  std::map<std::string, WorkerState> workers_;
+  int next_rank_ = 0;
+  int64_t step_ = 0;                 // completed steps (sync: index of the open step)
+  std::set<std::string> pushed_;     // contributed to the open step
+  std::set<std::string> in_flight_;  // validating / accumulating right now
+  std::map<std::string, int> in_call_;  // calls inside PushPull (incl. the barrier wait)
+  int contributors_ = 0;
+  double open_step_apply_ms_ = 0;
+  std::deque<std::shared_ptr<const StepResult>> results_;  // newest last, a few kept
+  std::shared_ptr<const StepResult> weights_result_;        // async cache, by step_
+  StoreStats stats_;
+  double total_server_ms_ = 0;
+  std::mutex decoders_mu_;
+  std::map<std::string, std::unique_ptr<compressors::Compressor>> decoders_;
+};
+
+}  // namespace gradpress::server

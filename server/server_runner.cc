@@ -1,0 +1,64 @@
+#include "server/server_runner.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include <future>
+
+#include "common/error.h"
+
+namespace gradpress::server {
+
+ServerRunner::ServerRunner(StoreOptions options, double deadline_s)
+    : timeout_s_(options.worker_timeout_s), store_(options), service_(&store_, deadline_s) {}
+
+ServerRunner::~ServerRunner() { Stop(0.0); }
+
+int ServerRunner::Start(const std::string& address) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service_);
+  server_ = builder.BuildAndStart();
+  GP_ENFORCE_AS(Unavailable, server_ != nullptr && port != 0, "cannot listen on '", address,
+                "' (address in use or malformed)");
+  watchdog_ = std::thread([this] { Watchdog(); });
+  spdlog::info("gradpress-server listening on {} (port {})", address, port);
+  return port;
+}
+
+void ServerRunner::Watchdog() {
+  const auto period = std::chrono::duration<double>(std::clamp(timeout_s_ / 4, 0.01, 1.0));
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!cv_.wait_for(lock, period, [this] { return stopping_; })) {
+    lock.unlock();
+    store_.CheckTimeouts();
+    lock.lock();
+  }
+}
+
+void ServerRunner::Stop(double grace_s) {
+  if (!server_) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+  const auto deadline = std::chrono::system_clock::now() +
+                        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                            std::chrono::duration<double>(grace_s));
+  auto done = std::async(std::launch::async, [&] { server_->Shutdown(deadline); });
+  if (done.wait_for(std::chrono::duration<double>(grace_s)) != std::future_status::ready) {
+    store_.Shutdown();  // wake barrier waits so their calls can end
+  }
+  done.wait();
+  store_.Shutdown();
+  server_->Wait();
+  server_.reset();
+  spdlog::info("gradpress-server stopped");
+}
+
+}  // namespace gradpress::server

@@ -1,0 +1,50 @@
+#pragma once
+// ServerRunner: a ParameterStore behind a gRPC server, with the watchdog that drops silent
+// workers. gradpress-server runs one; tests run one in-process on 127.0.0.1:0.
+//
+//   ServerRunner runner(store_options, /*deadline_s=*/120);
+//   int port = runner.Start("127.0.0.1:0");    // the bound port
+//   ...;  runner.Stop(/*grace_s=*/5);          // stop accepting, finish in-flight, release
+//
+// Stop: no new calls are accepted; calls in flight get grace_s to finish, after which
+// barrier waits are woken with UNAVAILABLE. The standard gRPC health service is enabled.
+// Thread-safety: Start and Stop from one thread; store() is thread-safe.
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "server/parameter_service.h"
+#include "server/parameter_store.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace gradpress::server {
+
+class ServerRunner {
+ public:
+  ServerRunner(StoreOptions options, double deadline_s);
+  ~ServerRunner();
+  // Listens on `address` (host:port, port 0 picks one); returns the bound port. Throws
+  // Unavailable if the address cannot be bound.
+  int Start(const std::string& address);
+  void Stop(double grace_s = 5.0);
+  ParameterStore& store() { return store_; }
+
+ private:
+  void Watchdog();
+  const double timeout_s_;
+  ParameterStore store_;
+  ParameterService service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::thread watchdog_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+};
+
+}  // namespace gradpress::server

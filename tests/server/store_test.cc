@@ -1,0 +1,211 @@
+// The server and client end to end: server in-process on 127.0.0.1:0, workers as threads.
+#include "tests/server/cluster.h"
+
+namespace gradpress::testing {
+namespace {
+
+server::StoreOptions Options(int workers) {
+  server::StoreOptions o;
+  o.workers = workers;
+  o.threads = 2;
+  o.worker_timeout_s = 30;
+  return o;
+}
+
+// Deterministic per (worker, step, key), from a private generator: safe in threads.
+torch::Tensor Grad(int worker, int64_t step, const std::vector<int64_t>& shape, int key) {
+  auto gen = at::detail::createCPUGenerator(1000 * step + 10 * worker + key);
+  return torch::randn(shape, gen);
+}
+
+TEST_CASE("sync, 4 workers, codec none: each worker receives the mean", "[server]") {
+  Cluster c(Options(4));
+  const auto specs = Specs({{300, 20}, {7}, {1000}});
+  Cluster::Parallel(4, [&](int w) {
+    worker::PsClient client(c.Client(w));
+    client.Register(specs);
+    auto params = Zeros(specs);
+    client.InitOrPull(&params);
+    for (int64_t step = 0; step < 5; ++step) {
+      std::vector<torch::Tensor> grads, out = Zeros(specs);
+      for (size_t k = 0; k < specs.size(); ++k) grads.push_back(Grad(w, step, specs[k].shape, k));
+      auto st = client.PushPull(step, grads, &out);
+      CHECK(st.contributors == 4);
+      for (size_t k = 0; k < specs.size(); ++k) {
+        torch::Tensor mean = torch::zeros(specs[k].shape);
+        for (int o = 0; o < 4; ++o) mean += Grad(o, step, specs[k].shape, k);
+        mean /= 4;
+        CHECK((out[k] - mean).abs().max().item<float>() < 1e-6f);
+      }
+    }
+  });
+  CHECK(c.runner.store().step() == 5);
+}
+
+TEST_CASE("exchange=weights: server SGD with momentum matches a reference loop", "[server]") {
+  auto opts = Options(2);
+  opts.exchange_weights = true;
+  opts.sgd = {0.05, 0.9, 1e-3, /*nesterov=*/true};
+  Cluster c(opts);
+  const auto specs = Specs({{50, 40}, {40}});
+  torch::manual_seed(5);
+  const std::vector<torch::Tensor> init = {torch::randn({50, 40}), torch::randn({40})};
+  std::vector<std::vector<torch::Tensor>> received(2);
+  Cluster::Parallel(2, [&](int w) {
+    worker::PsClient client(c.Client(w));
+    client.Register(specs);
+    std::vector<torch::Tensor> params = {init[0].clone() * (w + 1), init[1].clone() * (w + 1)};
+    client.InitOrPull(&params);  // worker-0 or worker-1 wins; both then hold the same
+    for (int64_t step = 0; step < 30; ++step) {
+      std::vector<torch::Tensor> grads;
+      for (size_t k = 0; k < specs.size(); ++k) grads.push_back(Grad(w, step, specs[k].shape, k));
+      client.PushPull(step, grads, &params);
+    }
+    received[w] = params;
+  });
+  // The server's initial weights were one worker's; find which (both pulled the same).
+  for (int first = 0; first < 2; ++first) {
+    std::vector<torch::Tensor> w = {init[0] * (first + 1), init[1] * (first + 1)}, buf(2);
+    for (int64_t step = 0; step < 30; ++step) {
+      for (size_t k = 0; k < 2; ++k) {
+        torch::Tensor g = (Grad(0, step, specs[k].shape, k) + Grad(1, step, specs[k].shape, k)) / 2;
+        g = g + 1e-3 * w[k];
+        buf[k] = step == 0 ? g.clone() : 0.9 * buf[k] + g;
+        w[k] = w[k] - 0.05 * (g + 0.9 * buf[k]);
+      }
+    }
+    const double err = std::max((received[0][0] - w[0]).abs().max().item<double>(),
+                                (received[0][1] - w[1]).abs().max().item<double>());
+    if (err < 1e-3) {
+      CHECK(err < 1e-5);
+      CHECK(torch::equal(received[0][0], received[1][0]));
+      return;
+    }
+  }
+  FAIL("server weights match neither worker's initialisation run through the reference SGD");
+}
+
+TEST_CASE("both ways topk then qsgd with error feedback tracks the true mean", "[server]") {
+  // Gradients = a fixed signal per element + noise. With error feedback on both sides
+  // nothing is lost, only delayed: sum(received) = sum(true means) - server residual -
+  // mean(worker residuals). Top-k at ratio r sends each element about once per 1/r steps, so
+  // a residual holds up to ~1/r steps of that element's mass: the relative gap after T steps
+  // is at most about (1/r) / T = 100 / 200 = 0.5, and it shrinks as T grows (measured 0.62
+  // at T = 50 and 0.27 at T = 200). Without feedback the dropped 99% would never arrive.
+  auto opts = Options(2);
+  opts.pull = compressors::ParseCompressorSpec("topk ratio=0.01");
+  opts.pull.then = std::make_shared<compressors::CompressorConfig>(
+      compressors::ParseCompressorSpec("qsgd levels=16"));
+  opts.pull.error_feedback = true;
+  Cluster c(opts);
+  const auto specs = Specs({{20000}});
+  torch::manual_seed(99);
+  const torch::Tensor signal = torch::randn({20000});
+  std::vector<double> gap_at(2);
+  Cluster::Parallel(2, [&](int w) {
+    auto o = c.Client(w, "topk ratio=0.01");
+    o.push.then = std::make_shared<compressors::CompressorConfig>(
+        compressors::ParseCompressorSpec("qsgd levels=16"));
+    o.push.error_feedback = true;
+    o.min_numel = 0;
+    worker::PsClient client(o);
+    client.Register(specs);
+    auto params = Zeros(specs);
+    client.InitOrPull(&params);
+    torch::Tensor got = torch::zeros({20000}, torch::kFloat64);
+    torch::Tensor want = torch::zeros({20000}, torch::kFloat64);
+    for (int64_t step = 0; step < 200; ++step) {
+      std::vector<torch::Tensor> out = Zeros(specs);
+      client.PushPull(step, {signal + Grad(w, step, {20000}, 0)}, &out);
+      got += out[0].to(torch::kFloat64);
+      want += (signal + (Grad(0, step, {20000}, 0) + Grad(1, step, {20000}, 0)) / 2)
+                  .to(torch::kFloat64);
+      if (w == 0 && (step == 49 || step == 199)) {
+        gap_at[step == 199] = ((got - want).norm() / want.norm()).item<double>();
+      }
+    }
+  });
+  INFO("relative gap at step 50: " << gap_at[0] << ", at step 200: " << gap_at[1]);
+  CHECK(gap_at[1] < 0.5);
+  CHECK(gap_at[1] < 0.6 * gap_at[0]);
+}
+
+TEST_CASE("async: every push applied exactly once, staleness bounded", "[server]") {
+  auto opts = Options(2);
+  opts.async = true;
+  opts.exchange_weights = true;
+  opts.sgd = {1.0, 0.0, 0.0, false};
+  opts.max_staleness = 3;
+  Cluster c(opts);
+  const auto specs = Specs({{1000}});
+  Cluster::Parallel(2, [&](int w) {
+    worker::PsClient client(c.Client(w));
+    client.Register(specs);
+    auto params = Zeros(specs);
+    client.InitOrPull(&params);
+    for (int64_t i = 0; i < 10; ++i) {
+      // Gradient (w + 1): the weights end at -(1 + 2) * 10 if each push lands once.
+      const int64_t base = c.runner.store().step();
+      client.Push(i, {torch::full({1000}, static_cast<float>(w + 1))}, base);
+      // A retry of the same push is acknowledged and ignored.
+      auto again = client.Push(i, {torch::full({1000}, 100.f)}, base);
+      CHECK(again.duplicate);
+    }
+  });
+  worker::PsClient reader(c.Client(0));
+  reader.Register(specs);
+  auto out = Zeros(specs);
+  reader.Pull(&out);
+  CHECK(out[0].eq(-30.f).all().item<bool>());
+  CHECK(c.runner.store().step() == 20);
+  // A push computed on step 20 - 4 is 4 steps stale: refused.
+  CHECK_THROWS_WITH(reader.Push(50, {torch::ones({1000})}, 16),
+                    Catch::Contains("4 steps stale") && Catch::Contains("max_staleness 3"));
+  CHECK_NOTHROW(reader.Push(51, {torch::ones({1000})}, 17));
+}
+
+TEST_CASE("a worker that stops pushing does not deadlock the barrier", "[server]") {
+  auto opts = Options(2);
+  opts.worker_timeout_s = 0.5;
+  Cluster c(opts);
+  const auto specs = Specs({{100}});
+  worker::PsClient quiet(c.Client(1));
+  quiet.Register(specs);
+  worker::PsClient active(c.Client(0));
+  active.Register(specs);
+  auto params = Zeros(specs);
+  active.InitOrPull(&params);
+  auto out = Zeros(specs);
+  auto st = active.PushPull(0, {torch::full({100}, 3.f)}, &out);
+  CHECK(st.contributors == 1);  // the quiet worker was dropped; the mean renormalised
+  CHECK(out[0].eq(3.f).all().item<bool>());
+  CHECK(st.wait_ms > 300);
+  // Dropped workers must register again; then they are in the barrier again.
+  CHECK_THROWS_AS(quiet.PushPull(1, {torch::ones({100})}, &out), gradpress::FailedPrecondition);
+  quiet.Register(specs);
+  Cluster::Parallel(2, [&](int w) {
+    auto& client = w == 0 ? active : quiet;
+    std::vector<torch::Tensor> o = Zeros(specs);
+    auto s = client.PushPull(1, {torch::full({100}, static_cast<float>(w))}, &o);
+    CHECK(s.contributors == 2);
+    CHECK(o[0].eq(0.5f).all().item<bool>());
+  });
+}
+
+TEST_CASE("a 50M-element model makes a full push and pull", "[server][slow]") {
+  Cluster c(Options(1));
+  const auto specs = Specs({{50'000'000}});
+  worker::PsClient client(c.Client(0));
+  client.Register(specs);
+  std::vector<torch::Tensor> params = {torch::zeros({50'000'000})};
+  client.InitOrPull(&params);
+  std::vector<torch::Tensor> grads = {torch::arange(50'000'000, torch::kFloat32)};
+  std::vector<torch::Tensor> out = {torch::empty({50'000'000})};
+  auto st = client.PushPull(0, grads, &out);
+  CHECK(st.bytes_up == 200'000'000u);
+  CHECK(st.bytes_down == 200'000'000u);
+  CHECK(torch::equal(out[0], grads[0]));
+}
+
+}  // namespace
+}  // namespace gradpress::testing

@@ -1,0 +1,149 @@
+// Every validation case: a clear status naming the key and the reason, and the store left
+// unchanged (the next valid step still averages exactly).
+#include "tests/server/cluster.h"
+
+namespace gradpress::testing {
+namespace {
+
+const std::vector<TensorSpec> kSpecs = Specs({{64, 32}, {10}});
+
+struct OneWorker {
+  explicit OneWorker(server::StoreOptions o = {}) : c(Setup(o)), client(c.Client(0)) {
+    client.Register(kSpecs);
+    auto params = Zeros(kSpecs);
+    client.InitOrPull(&params);
+  }
+  static server::StoreOptions Setup(server::StoreOptions o) {
+    o.workers = 1;
+    return o;
+  }
+  // After a rejected push the next valid push must average exactly as if nothing happened.
+  void ExpectUnchanged(int64_t step) {
+    std::vector<torch::Tensor> g = {torch::full({64, 32}, 2.f), torch::full({10}, -1.f)};
+    auto out = Zeros(kSpecs);
+    auto st = client.PushPull(step, g, &out);
+    CHECK(st.contributors == 1);
+    CHECK(torch::equal(out[0], g[0]));
+    CHECK(torch::equal(out[1], g[1]));
+  }
+  Cluster c;
+  worker::PsClient client;
+};
+
+std::vector<compressors::KeyPayload> Good() {
+  return {NonePayload("layer0", torch::ones({64, 32})), NonePayload("layer1", torch::ones({10}))};
+}
+
+TEST_CASE("unknown worker: NOT_FOUND naming the worker", "[validation]") {
+  OneWorker w;
+  const auto s = w.c.RawPushPull("stranger", 1, 0, Good());
+  CHECK(s.error_code() == grpc::StatusCode::NOT_FOUND);
+  CHECK_THAT(s.error_message(), Catch::Contains("worker 'stranger' is not registered"));
+  w.ExpectUnchanged(0);
+}
+
+TEST_CASE("model fingerprint mismatch: FAILED_PRECONDITION naming the first key", "[validation]") {
+  server::StoreOptions o;
+  o.workers = 2;
+  Cluster c(o);
+  worker::PsClient a(c.Client(0)), b(c.Client(1));
+  a.Register(kSpecs);
+  auto other = kSpecs;
+  other[1].shape = {11};
+  CHECK_THROWS_WITH(b.Register(other), Catch::Contains("fingerprint differs at key 'layer1'") &&
+                                           Catch::Contains("[11]") && Catch::Contains("[10]"));
+  other = kSpecs;
+  other[0].key = "conv";
+  CHECK_THROWS_AS(b.Register(other), FailedPrecondition);
+  CHECK_NOTHROW(b.Register(kSpecs));
+}
+
+TEST_CASE("wrong key or shape: INVALID_ARGUMENT naming the key", "[validation]") {
+  OneWorker w;
+  auto bad = Good();
+  bad[1].key = "layer9";
+  auto s = w.c.RawPushPull("worker-0", 1, 0, bad);
+  CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(s.error_message(), Catch::Contains("unknown key 'layer9'"));
+  bad = Good();
+  bad[0] = NonePayload("layer0", torch::ones({32, 64}));
+  s = w.c.RawPushPull("worker-0", 1, 0, bad);
+  CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(s.error_message(), Catch::Contains("key 'layer0': shape [32, 64]"));
+  bad = Good();
+  bad.pop_back();
+  s = w.c.RawPushPull("worker-0", 1, 0, bad);
+  CHECK_THAT(s.error_message(), Catch::Contains("missing key 'layer1'"));
+  w.ExpectUnchanged(0);
+}
+
+TEST_CASE("payload that fails to decode: INVALID_ARGUMENT naming the key", "[validation]") {
+  OneWorker w;
+  auto bad = Good();
+  bad[0].payload.codec = "qsgd";  // fp32 bytes are not a qsgd payload
+  auto s = w.c.RawPushPull("worker-0", 1, 0, bad);
+  CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(s.error_message(), Catch::Contains("key 'layer0': payload does not decode"));
+  bad = Good();
+  bad[1].payload.bytes.pop_back();
+  s = w.c.RawPushPull("worker-0", 1, 0, bad);
+  CHECK_THAT(s.error_message(), Catch::Contains("key 'layer1'"));
+  bad = Good();
+  bad[1].payload.codec = "zstd";
+  s = w.c.RawPushPull("worker-0", 1, 0, bad);
+  CHECK_THAT(s.error_message(), Catch::Contains("unknown codec 'zstd'"));
+  w.ExpectUnchanged(0);
+}
+
+TEST_CASE("NaN or Inf in a decoded gradient: INVALID_ARGUMENT naming the key", "[validation]") {
+  OneWorker w;
+  auto out = Zeros(kSpecs);
+  torch::Tensor g = torch::ones({10});
+  g[3] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_THROWS_WITH(w.client.PushPull(0, {torch::ones({64, 32}), g}, &out),
+                    Catch::Contains("key 'layer1'") && Catch::Contains("NaN or Inf at element 3"));
+  g[3] = std::numeric_limits<float>::infinity();
+  CHECK_THROWS_AS(w.client.PushPull(0, {torch::ones({64, 32}), g}, &out), gradpress::InvalidArgument);
+  w.ExpectUnchanged(0);
+}
+
+TEST_CASE("duplicate (worker, incarnation, step): acknowledged, applied once", "[validation]") {
+  OneWorker w;
+  w.ExpectUnchanged(0);
+  auto out = Zeros(kSpecs);
+  // The same step again with other values: the server answers with step 0's result.
+  auto st = w.client.PushPull(0, {torch::full({64, 32}, 9.f), torch::full({10}, 9.f)}, &out);
+  CHECK(st.duplicate == false);  // the client cannot tell; the result shows it
+  CHECK(out[0].eq(2.f).all().item<bool>());
+  CHECK(w.c.runner.store().step() == 1);
+  w.ExpectUnchanged(1);
+}
+
+TEST_CASE("push from an older incarnation: rejected", "[validation]") {
+  OneWorker w;
+  auto newer = w.c.Client(0);
+  newer.incarnation = 2;
+  worker::PsClient restarted(newer);
+  restarted.Register(kSpecs);
+  auto out = Zeros(kSpecs);
+  CHECK_THROWS_WITH(w.client.PushPull(0, {torch::ones({64, 32}), torch::ones({10})}, &out),
+                    Catch::Contains("incarnation 1 is older than the registered 2"));
+  std::vector<torch::Tensor> g = {torch::full({64, 32}, 2.f), torch::full({10}, -1.f)};
+  auto st = restarted.PushPull(0, g, &out);
+  CHECK(torch::equal(out[0], g[0]));
+}
+
+TEST_CASE("rejections are counted by reason", "[validation]") {
+  OneWorker w;
+  w.c.RawPushPull("stranger", 1, 0, Good());
+  auto bad = Good();
+  bad[0].payload.codec = "qsgd";
+  w.c.RawPushPull("worker-0", 1, 0, bad);
+  const auto stats = w.c.runner.store().Stats();
+  CHECK(stats.rejected.at("unknown_worker") == 1);
+  CHECK(stats.rejected.at("undecodable") == 1);
+  CHECK_THAT(w.client.StatsText(), Catch::Contains("gradpress_rejected_total{reason=\"undecodable\"} 1"));
+}
+
+}  // namespace
+}  // namespace gradpress::testing

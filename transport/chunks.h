@@ -1,0 +1,56 @@
+#pragma once
+// Payloads on the wire: each key's payload is cut into TensorChunk messages of at most
+// kChunkBytes, and reassembled on the other side with every field checked. Shared by the
+// server's service adapter and the worker's client.
+//
+//   ForEachChunk(kp, [&](proto::TensorChunk&& c) { stream->Write(Wrap(c)); });
+//   PayloadAssembler a(limits);  a.Add(chunk) ...;  std::vector<KeyPayload> kps = a.Finish();
+//
+// Thread-safety: values; one assembler per stream.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compressors/compressor.h"
+#include "proto/gradpress.pb.h"
+
+namespace gradpress::transport {
+
+using compressors::KeyPayload;
+using compressors::TensorSpec;
+
+// 1 MiB: well under gRPC's 4 MiB default message limit with framing.
+constexpr size_t kChunkBytes = 1 << 20;
+
+// Emits the chunks of one key's payload in offset order (one empty chunk for an empty one).
+void ForEachChunk(const KeyPayload& kp, const std::function<void(proto::TensorChunk&&)>& emit,
+                  size_t chunk_bytes = kChunkBytes);
+
+// Largest payload accepted for a key: what any codec may produce for it (8 bytes per
+// element plus headers), so a hostile total_bytes cannot make the receiver allocate more.
+uint64_t MaxPayloadBytes(int64_t numel);
+
+class PayloadAssembler {
+ public:
+  // model: the keys expected and their shapes; chunks for other keys are refused.
+  explicit PayloadAssembler(const std::vector<TensorSpec>& model);
+  // Throws InvalidArgument naming the key for: unknown key, shape or codec differing from
+  // the key's first chunk, offset not where the previous chunk ended, size past total_bytes
+  // or past MaxPayloadBytes.
+  void Add(proto::TensorChunk* chunk);  // moves the data out
+  // Every started key complete; payloads in arrival order of their first chunk.
+  std::vector<KeyPayload> Finish();
+
+ private:
+  std::map<std::string, const TensorSpec*> specs_;
+  std::map<std::string, size_t> index_;
+  std::vector<KeyPayload> out_;
+  std::vector<uint64_t> total_;
+};
+
+void ToProto(const TensorSpec& spec, proto::TensorSpec* out);
+TensorSpec FromProto(const proto::TensorSpec& spec);
+
+}  // namespace gradpress::transport

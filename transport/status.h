@@ -1,0 +1,21 @@
+#pragma once
+// gradpress errors <-> gRPC status, in one place for both ends.
+//
+//   Server handler:  try { ... } catch (...) { return ToStatus(std::current_exception()); }
+//   Client:          ThrowIfError(status, "PushPull");   // throws the matching Error
+//
+// Mapping: InvalidArgument -> INVALID_ARGUMENT, NotFound -> NOT_FOUND, FailedPrecondition ->
+// FAILED_PRECONDITION, Unavailable -> UNAVAILABLE, Internal and anything else -> INTERNAL.
+// Thread-safety: pure functions.
+#include <grpcpp/support/status.h>
+
+#include <exception>
+#include <string>
+
+namespace gradpress::transport {
+
+grpc::Status ToStatus(std::exception_ptr error);
+// Throws the gradpress::Error matching a non-OK status, prefixed by `what`.
+void ThrowIfError(const grpc::Status& status, const std::string& what);
+
+}  // namespace gradpress::transport

@@ -1,0 +1,93 @@
+#pragma once
+// PsClient: the worker's side of the protocol. It owns the gRPC stub, a push codec per key
+// (each with its own error feedback state), and counts what each step cost.
+//
+//   PsClient client(options);                         // options.push: the push codec
+//   RegisterResult r = client.Register(specs);        // model fingerprint
+//   client.InitOrPull(&params);                       // first worker's init wins; all pull it
+//   StepStats s = client.PushPull(step, grads, &received);   // averaged grads or weights
+//
+// Every call has a deadline (deadline_s); UNAVAILABLE (server restarting, barrier timeout)
+// is retried with capped exponential backoff, which is safe because the server applies a
+// (worker, incarnation, step) once. Other errors throw the matching gradpress::Error with the
+// server's message (which names the key and the reason).
+// Tensors below min_numel elements travel uncompressed. Received tensors are written into
+// the caller's tensors (any device) in model order.
+// Thread-safety: one thread at a time per client.
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compressors/compressor.h"
+#include "compressors/compressor_config.h"
+
+namespace gradpress::worker {
+
+using compressors::TensorSpec;
+
+struct ClientOptions {
+  std::string server = "127.0.0.1:50051";  // host:port
+  std::string worker_id = "worker-0";
+  uint64_t incarnation = 1;          // raise on every restart of the worker process
+  std::string config_hash;           // the job's ConfigHash; all workers must agree
+  compressors::CompressorConfig push;  // codec (+ then, + error feedback) per key
+  int64_t min_numel = 1024;
+  double deadline_s = 120;           // per RPC, seconds
+  int max_retries = 10;              // UNAVAILABLE retries per call
+  double backoff_initial_s = 0.05;   // doubled per retry, capped at backoff_max_s
+  double backoff_max_s = 5;
+};
+
+struct RegisterInfo {
+  int rank = 0;
+  int world_size = 0;
+  int64_t server_step = 0;
+  bool initialized = false;
+};
+
+// What one exchange cost. network_ms = RPC wall time - wait_ms - server_ms.
+struct StepStats {
+  uint64_t bytes_up = 0;    // payload bytes pushed
+  uint64_t bytes_down = 0;  // payload bytes received
+  double encode_ms = 0;
+  double network_ms = 0;
+  double decode_ms = 0;
+  double wait_ms = 0;       // barrier wait on the server
+  double server_ms = 0;     // server decode + aggregate + encode
+  int64_t server_step = 0;  // step of the received result
+  int contributors = 0;
+  bool duplicate = false;
+};
+
+class PsClient {
+ public:
+  explicit PsClient(ClientOptions options);
+  ~PsClient();
+
+  RegisterInfo Register(const std::vector<TensorSpec>& model);
+  // Offers `params` as initial weights (the server keeps the first offer), then overwrites
+  // them with the server's weights. Returns true if ours were kept.
+  bool InitOrPull(std::vector<torch::Tensor>* params);
+  // Pushes `grads` for `step` and writes the step's result into `out` (same shapes).
+  // base_step: async only, the server step of the weights the gradients come from.
+  StepStats PushPull(int64_t step, const std::vector<torch::Tensor>& grads,
+                     std::vector<torch::Tensor>* out, int64_t base_step = 0);
+  // Push alone (async, or sync without waiting); then Pull for the newest result.
+  StepStats Push(int64_t step, const std::vector<torch::Tensor>& grads, int64_t base_step = 0);
+  StepStats Pull(std::vector<torch::Tensor>* out);
+  int64_t Heartbeat();
+  // The server's counters in Prometheus text format.
+  std::string StatsText();
+
+  const ClientOptions& options() const { return opt_; }
+  struct Impl;  // stub, per-key codecs, decoders (ps_client.cc)
+
+ private:
+  ClientOptions opt_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gradpress::worker
