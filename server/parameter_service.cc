@@ -148,10 +148,10 @@ grpc::Status ParameterService::Push(grpc::ServerContext* ctx,
   }
 }
 
-grpc::Status ParameterService::Pull(grpc::ServerContext*, const proto::PullRequest* req,
+grpc::Status ParameterService::Pull(grpc::ServerContext* ctx, const proto::PullRequest* req,
                                     grpc::ServerWriter<proto::PullMessage>* writer) {
   try {
-    auto r = store_->Pull(Id(req->worker_id(), req->incarnation()));
+    auto r = store_->Pull(Id(req->worker_id(), req->incarnation()), req->step(), Deadline(ctx));
     WriteResult(writer, *r, 0, r->server_ms, store_);
     return grpc::Status::OK;
   } catch (...) {

@@ -111,8 +111,10 @@ class ParameterStore {
   PushPullResult PushPull(const WorkerId& w, int64_t step, int64_t base_step,
                           std::vector<KeyPayload> pushes, Clock::time_point deadline,
                           bool wait = true);
-  // The newest result (sync: last completed step; async: current weights).
-  std::shared_ptr<const StepResult> Pull(const WorkerId& w);
+  // Sync: the result of `step`, waiting for it until `deadline` (step -1: the newest now).
+  // Async: the current weights.
+  std::shared_ptr<const StepResult> Pull(const WorkerId& w, int64_t step,
+                                         Clock::time_point deadline);
   // Marks the worker alive; returns the server step.
   int64_t Heartbeat(const WorkerId& w);
 

@@ -192,13 +192,23 @@ std::shared_ptr<const StepResult> ParameterStore::Encode(int64_t step, bool weig
   return r;
 }
 
-std::shared_ptr<const StepResult> ParameterStore::Pull(const WorkerId& w) {
-  std::lock_guard<std::mutex> lock(mu_);
+std::shared_ptr<const StepResult> ParameterStore::Pull(const WorkerId& w, int64_t step,
+                                                       Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
   CheckWorker(w);
   GP_ENFORCE_AS(FailedPrecondition, initialized_, "the server has no weights yet");
   if (opt_.async) return Encode(step_, true, false);
-  GP_ENFORCE_AS(FailedPrecondition, !results_.empty(), "no step has completed yet");
-  return results_.back();
+  if (step < 0) {
+    GP_ENFORCE_AS(FailedPrecondition, !results_.empty(), "no step has completed yet");
+    return results_.back();
+  }
+  step_cv_.wait_until(lock, deadline, [&] { return shutdown_ || step_ > step; });
+  GP_ENFORCE_AS(Unavailable, !shutdown_, "server is shutting down");
+  GP_ENFORCE_AS(Unavailable, step_ > step, "timed out waiting for step ", step, "; retry");
+  auto r = FindResult(step);
+  GP_ENFORCE_AS(FailedPrecondition, r != nullptr, "result of step ", step,
+                " is no longer kept (server step ", step_, ")");
+  return r;
 }
 
 int64_t ParameterStore::Heartbeat(const WorkerId& w) {

@@ -269,12 +269,13 @@ StepStats PsClient::Push(int64_t step, const std::vector<torch::Tensor>& grads,
   return st;
 }
 
-StepStats PsClient::Pull(std::vector<torch::Tensor>* out) {
+StepStats PsClient::Pull(std::vector<torch::Tensor>* out, int64_t step) {
   CheckTensors(impl_->model, *out, "Pull");
   StepStats st;
   proto::PullRequest req;
   req.set_worker_id(opt_.worker_id);
   req.set_incarnation(opt_.incarnation);
+  req.set_step(step);
   proto::PullHeader header;
   Timer rpc;
   std::vector<KeyPayload> got = WithRetry(opt_, "Pull", [&](grpc::ClientContext* ctx) {

@@ -77,7 +77,8 @@ class PsClient {
                      std::vector<torch::Tensor>* out, int64_t base_step = 0);
   // Push alone (async, or sync without waiting); then Pull for the newest result.
   StepStats Push(int64_t step, const std::vector<torch::Tensor>& grads, int64_t base_step = 0);
-  StepStats Pull(std::vector<torch::Tensor>* out);
+  // Sync: waits for `step`'s result (-1: the newest completed). Async: current weights.
+  StepStats Pull(std::vector<torch::Tensor>* out, int64_t step = -1);
   int64_t Heartbeat();
   // The server's counters in Prometheus text format.
   std::string StatsText();

@@ -192,6 +192,24 @@ TEST_CASE("a worker that stops pushing does not deadlock the barrier", "[server]
   });
 }
 
+TEST_CASE("sync Push then Pull(step) returns the step's mean", "[server]") {
+  Cluster c(Options(2));
+  const auto specs = Specs({{5000}});
+  Cluster::Parallel(2, [&](int w) {
+    worker::PsClient client(c.Client(w));
+    client.Register(specs);
+    auto params = Zeros(specs);
+    client.InitOrPull(&params);
+    for (int64_t step = 0; step < 3; ++step) {
+      client.Push(step, {torch::full({5000}, static_cast<float>(w + step))});
+      auto out = Zeros(specs);
+      auto st = client.Pull(&out, step);
+      CHECK(st.server_step == step);
+      CHECK(out[0].eq(0.5f + step).all().item<bool>());
+    }
+  });
+}
+
 TEST_CASE("a 50M-element model makes a full push and pull", "[server][slow]") {
   Cluster c(Options(1));
   const auto specs = Specs({{50'000'000}});
