@@ -85,6 +85,12 @@ CompressorConfig FromCodecSpec(const CodecSpec& spec) {
   return c;
 }
 
+bool TravelsCompressed(const std::vector<int64_t>& shape, int64_t min_numel, bool skip_1d) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n >= min_numel && !(skip_1d && shape.size() == 1);
+}
+
 const std::string* ParamReader::Raw(const std::string& key) {
   known_.insert(key);
   auto it = config_.params.find(key);

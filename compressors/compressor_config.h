@@ -15,6 +15,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "common/config.h"
 
@@ -41,6 +42,10 @@ CompressorConfig ParseCompressorSpec(const std::string& spec);
 // Converts a `push:` / `pull:` block of the experiment config (common/config.h), `then`
 // included. Parameters are checked later, by MakeCompressor.
 CompressorConfig FromCodecSpec(const CodecSpec& spec);
+
+// Whether a tensor of this shape uses the configured codec: tensors under min_numel elements,
+// and 1-D ones (bias, BatchNorm) when skip_1d, travel uncompressed ("none").
+bool TravelsCompressed(const std::vector<int64_t>& shape, int64_t min_numel, bool skip_1d);
 
 class ParamReader {
  public:

@@ -97,8 +97,8 @@ grpc::Status ParameterService::InitWeights(grpc::ServerContext*,
                                            proto::InitReply* reply) {
   try {
     ReceivedPush push = ReadPush(reader, store_->model());
-    reply->set_accepted(store_->InitWeights(
-        Id(push.header.worker_id(), push.header.incarnation()), push.payloads));
+    reply->set_accepted(
+        store_->InitWeights(Id(push.header.worker_id(), push.header.incarnation()), push.payloads));
     return grpc::Status::OK;
   } catch (...) {
     return ToStatus(std::current_exception());
@@ -122,8 +122,8 @@ grpc::Status ParameterService::PushPull(
   try {
     ReceivedPush push = ReadPush(stream, store_->model());
     const auto& h = push.header;
-    PushPullResult r = store_->PushPull(Id(h.worker_id(), h.incarnation()), h.step(),
-                                        h.base_step(), std::move(push.payloads), Deadline(ctx));
+    PushPullResult r = store_->PushPull(Id(h.worker_id(), h.incarnation()), h.step(), h.base_step(),
+                                        std::move(push.payloads), Deadline(ctx));
     WriteResult(stream, *r.result, r.wait_ms, r.apply_ms + r.result->server_ms, store_);
     return grpc::Status::OK;
   } catch (...) {
@@ -137,9 +137,8 @@ grpc::Status ParameterService::Push(grpc::ServerContext* ctx,
   try {
     ReceivedPush push = ReadPush(reader, store_->model());
     const auto& h = push.header;
-    PushPullResult r =
-        store_->PushPull(Id(h.worker_id(), h.incarnation()), h.step(), h.base_step(),
-                         std::move(push.payloads), Deadline(ctx), /*wait=*/false);
+    PushPullResult r = store_->PushPull(Id(h.worker_id(), h.incarnation()), h.step(), h.base_step(),
+                                        std::move(push.payloads), Deadline(ctx), /*wait=*/false);
     reply->set_step(store_->step());
     reply->set_duplicate(r.duplicate);
     return grpc::Status::OK;
@@ -159,8 +158,7 @@ grpc::Status ParameterService::Pull(grpc::ServerContext* ctx, const proto::PullR
   }
 }
 
-grpc::Status ParameterService::Heartbeat(grpc::ServerContext*,
-                                         const proto::HeartbeatRequest* req,
+grpc::Status ParameterService::Heartbeat(grpc::ServerContext*, const proto::HeartbeatRequest* req,
                                          proto::HeartbeatReply* reply) {
   try {
     reply->set_server_step(store_->Heartbeat(Id(req->worker_id(), req->incarnation())));

@@ -21,8 +21,7 @@ class ParameterService final : public proto::ParameterServer::Service {
 
   grpc::Status Register(grpc::ServerContext* ctx, const proto::RegisterRequest* req,
                         proto::RegisterReply* reply) override;
-  grpc::Status InitWeights(grpc::ServerContext* ctx,
-                           grpc::ServerReader<proto::PushMessage>* reader,
+  grpc::Status InitWeights(grpc::ServerContext* ctx, grpc::ServerReader<proto::PushMessage>* reader,
                            proto::InitReply* reply) override;
   grpc::Status PullWeights(grpc::ServerContext* ctx, const proto::PullRequest* req,
                            grpc::ServerWriter<proto::PullMessage>* writer) override;

@@ -83,7 +83,9 @@ RegisterResult ParameterStore::Register(const WorkerId& w, const std::vector<Ten
       k->weights.assign(k->numel, 0.f);
       k->accum.assign(k->numel, 0.f);
       compressors::CompressorConfig pull = opt_.pull;
-      if (k->numel < opt_.min_numel) pull = compressors::CompressorConfig{};
+      if (!compressors::TravelsCompressed(model_[i].shape, opt_.min_numel, opt_.skip_1d)) {
+        pull = {};
+      }
       k->pull = compressors::MakeCompressor(pull);
       keys_.push_back(std::move(k));
     }
@@ -128,8 +130,8 @@ ParameterStore::WorkerState& ParameterStore::CheckWorker(const WorkerId& w) {
                 "': incarnation ", w.incarnation, " is older than the registered ", ws.incarnation,
                 " (a restarted copy has taken over)");
   GP_ENFORCE_AS(FailedPrecondition, w.incarnation == ws.incarnation, "worker '", w.name,
-                "': incarnation ", w.incarnation, " has not registered (registered: ",
-                ws.incarnation, ")");
+                "': incarnation ", w.incarnation,
+                " has not registered (registered: ", ws.incarnation, ")");
   GP_ENFORCE_AS(FailedPrecondition, ws.live, "worker '", w.name,
                 "' was dropped from the barrier after ", opt_.worker_timeout_s,
                 " s of silence; register again to rejoin");
@@ -152,8 +154,8 @@ bool ParameterStore::InitWeights(const WorkerId& w, const std::vector<KeyPayload
   std::lock_guard<std::mutex> lock(mu_);
   if (initialized_) return false;
   pool_.ParallelFor(static_cast<int64_t>(keys_.size()), [&](int64_t i) {
-    Decoder(ordered[i]->codec).DecodeTo(ordered[i]->bytes, keys_[i]->numel,
-                                        keys_[i]->weights.data());
+    Decoder(ordered[i]->codec)
+        .DecodeTo(ordered[i]->bytes, keys_[i]->numel, keys_[i]->weights.data());
   });
   initialized_ = true;
   spdlog::info("initial weights from worker '{}' ({} keys)", w.name, keys_.size());

@@ -48,15 +48,17 @@ struct WorkerId {
 };
 
 struct StoreOptions {
-  int workers = 2;                  // workers expected to register
-  bool async = false;               // sync barrier, or apply each push at once
-  bool exchange_weights = false;    // server steps SGD and returns weights (methods 1-2)
-  SgdOptions sgd;                   // used when exchange_weights
+  int workers = 2;                     // workers expected to register
+  bool async = false;                  // sync barrier, or apply each push at once
+  bool exchange_weights = false;       // server steps SGD and returns weights (methods 1-2)
+  SgdOptions sgd;                      // used when exchange_weights
   compressors::CompressorConfig pull;  // codec (+ error feedback) of what the server returns
-  int64_t min_numel = 1024;         // smaller tensors travel uncompressed
-  double worker_timeout_s = 30;     // silence after which a worker leaves the barrier
-  int max_staleness = 4;            // async: steps a push's base may lag
-  int threads = 2;                  // keys decoded / encoded in parallel
+  int64_t min_numel = 1024;            // smaller tensors travel uncompressed
+  bool skip_1d = false;                // 1-D tensors (bias, BN) travel uncompressed
+  int stats_every = 100;               // steps between counter log lines; 0 = never
+  double worker_timeout_s = 30;        // silence after which a worker leaves the barrier
+  int max_staleness = 4;               // async: steps a push's base may lag
+  int threads = 2;                     // keys decoded / encoded in parallel
 };
 
 struct RegisterResult {
@@ -68,9 +70,9 @@ struct RegisterResult {
 
 // One step's result, encoded once and shared by every worker that asks for it.
 struct StepResult {
-  int64_t step = 0;          // the step this result completes (its index, 0-based)
-  int contributors = 0;      // pushes averaged into it
-  double server_ms = 0;      // time to finalize (mean, optimizer, encode)
+  int64_t step = 0;                  // the step this result completes (its index, 0-based)
+  int contributors = 0;              // pushes averaged into it
+  double server_ms = 0;              // time to finalize (mean, optimizer, encode)
   std::vector<KeyPayload> payloads;  // model order
   uint64_t PayloadBytes() const;
 };
@@ -149,7 +151,7 @@ class ParameterStore {
   // Validates every push (structure, decode, finite) and returns them in model order.
   std::vector<const compressors::Payload*> Validate(const std::vector<KeyPayload>& pushes);
   void Accumulate(const std::vector<const compressors::Payload*>& ordered);
-  void MaybeFinalize();  // mu_ held
+  void MaybeFinalize();                                                                 // mu_ held
   std::shared_ptr<const StepResult> Encode(int64_t step, bool weights, bool lossless);  // mu_ held
   PushPullResult AsyncPush(const WorkerId& w, int64_t step, int64_t base_step,
                            const std::vector<const compressors::Payload*>& ordered);
@@ -168,14 +170,14 @@ class ParameterStore {
   bool initialized_ = false;
   std::map<std::string, WorkerState> workers_;
   int next_rank_ = 0;
-  int64_t step_ = 0;                 // completed steps (sync: index of the open step)
-  std::set<std::string> pushed_;     // contributed to the open step
-  std::set<std::string> in_flight_;  // validating / accumulating right now
+  int64_t step_ = 0;                    // completed steps (sync: index of the open step)
+  std::set<std::string> pushed_;        // contributed to the open step
+  std::set<std::string> in_flight_;     // validating / accumulating right now
   std::map<std::string, int> in_call_;  // calls inside PushPull (incl. the barrier wait)
   int contributors_ = 0;
   double open_step_apply_ms_ = 0;
   std::deque<std::shared_ptr<const StepResult>> results_;  // newest last, a few kept
-  std::shared_ptr<const StepResult> weights_result_;        // async cache, by step_
+  std::shared_ptr<const StepResult> weights_result_;       // async cache, by step_
   StoreStats stats_;
   double total_server_ms_ = 0;
   std::mutex decoders_mu_;

@@ -14,8 +14,8 @@ namespace gradpress::server {
 using compressors::Payload;
 
 PushPullResult ParameterStore::PushPull(const WorkerId& w, int64_t step, int64_t base_step,
-                                        std::vector<KeyPayload> pushes,
-                                        Clock::time_point deadline, bool wait) {
+                                        std::vector<KeyPayload> pushes, Clock::time_point deadline,
+                                        bool wait) {
   // A worker inside a call (pushing, or waiting at the barrier) is alive.
   struct InCall {
     ParameterStore* s;
@@ -39,9 +39,9 @@ PushPullResult ParameterStore::PushPull(const WorkerId& w, int64_t step, int64_t
       GP_ENFORCE_AS(FailedPrecondition, initialized_, "the server has no initial weights yet");
       if (opt_.async) {
         if (step <= ws.last_step) return {Encode(step_, true, false), 0, 0, /*duplicate=*/true};
-        GP_ENFORCE_AS(FailedPrecondition, step_ - base_step <= opt_.max_staleness,
-                      "worker '", w.name, "': push computed on step ", base_step, " is ",
-                      step_ - base_step, " steps stale (max_staleness ", opt_.max_staleness, ")");
+        GP_ENFORCE_AS(FailedPrecondition, step_ - base_step <= opt_.max_staleness, "worker '",
+                      w.name, "': push computed on step ", base_step, " is ", step_ - base_step,
+                      " steps stale (max_staleness ", opt_.max_staleness, ")");
       } else if (step < step_ || pushed_.count(w.name) || in_flight_.count(w.name)) {
         // Duplicate of a push already applied (or being applied): acknowledge, wait for the
         // step's result, never apply twice.
@@ -101,8 +101,8 @@ PushPullResult ParameterStore::PushPull(const WorkerId& w, int64_t step, int64_t
   Timer waited;
   step_cv_.wait_until(lock, deadline, [&] { return shutdown_ || step_ > step; });
   GP_ENFORCE_AS(Unavailable, !shutdown_, "server is shutting down");
-  GP_ENFORCE_AS(Unavailable, step_ > step, "timed out waiting for the other workers at step ",
-                step, "; the push is kept: retry to wait again");
+  GP_ENFORCE_AS(Unavailable, step_ > step, "timed out waiting for the other workers at step ", step,
+                "; the push is kept: retry to wait again");
   return {FindResult(step), waited.ElapsedMs(), apply_ms, false};
 }
 
@@ -164,6 +164,15 @@ void ParameterStore::MaybeFinalize() {
   contributors_ = 0;
   open_step_apply_ms_ = 0;
   step_cv_.notify_all();
+  if (opt_.stats_every > 0 && stats_.steps % opt_.stats_every == 0) {
+    uint64_t rejected = 0;
+    for (const auto& [reason, n] : stats_.rejected) rejected += n;
+    spdlog::info(
+        "step {}: {} workers, {:.1f} MB in, {:.1f} MB out, {:.2f} ms server/step, {} "
+        "rejected",
+        step_, result->contributors, stats_.bytes_in / 1e6, stats_.bytes_out / 1e6,
+        total_server_ms_ / static_cast<double>(stats_.steps), rejected);
+  }
 }
 
 std::shared_ptr<const StepResult> ParameterStore::Encode(int64_t step, bool weights,

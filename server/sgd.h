@@ -25,7 +25,6 @@ struct SgdState {
   std::vector<float> momentum_buffer;  // empty until the first step with momentum
 };
 
-void SgdStep(const SgdOptions& opts, float* weights, const float* grad, int64_t n,
-             SgdState* state);
+void SgdStep(const SgdOptions& opts, float* weights, const float* grad, int64_t n, SgdState* state);
 
 }  // namespace gradpress::server

@@ -61,8 +61,7 @@ PsClient::PsClient(ClientOptions options) : opt_(std::move(options)), impl_(new 
   compressors::MakeCompressor(opt_.push);  // a bad push codec fails here, not at step 1
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(8 << 20);
-  impl_->channel =
-      grpc::CreateCustomChannel(opt_.server, grpc::InsecureChannelCredentials(), args);
+  impl_->channel = grpc::CreateCustomChannel(opt_.server, grpc::InsecureChannelCredentials(), args);
   impl_->stub = proto::ParameterServer::NewStub(impl_->channel);
 }
 
@@ -130,7 +129,7 @@ RegisterInfo PsClient::Register(const std::vector<TensorSpec>& model) {
   impl_->push.clear();
   for (const auto& s : model) {
     compressors::CompressorConfig c = opt_.push;
-    if (NumelOf(s.shape) < opt_.min_numel) c = compressors::CompressorConfig{};
+    if (!compressors::TravelsCompressed(s.shape, opt_.min_numel, opt_.skip_1d)) c = {};
     impl_->push.push_back(compressors::MakeCompressor(c));
   }
   return {reply.rank(), reply.world_size(), reply.server_step(), reply.initialized()};
@@ -143,17 +142,16 @@ void CheckTensors(const std::vector<TensorSpec>& model, const std::vector<torch:
   GP_ENFORCE(ts.size() == model.size(), what, ": ", ts.size(), " tensors for a model of ",
              model.size(), " keys");
   for (size_t i = 0; i < ts.size(); ++i)
-    GP_ENFORCE(ts[i].sizes().vec() == model[i].shape, what, ": key '", model[i].key,
-               "' has shape ", ShapeToString(ts[i].sizes().vec()), ", registered ",
-               ShapeToString(model[i].shape));
+    GP_ENFORCE(ts[i].sizes().vec() == model[i].shape, what, ": key '", model[i].key, "' has shape ",
+               ShapeToString(ts[i].sizes().vec()), ", registered ", ShapeToString(model[i].shape));
 }
 }  // namespace
 
 // Writes received payloads into `out` (copy_ handles device and dtype); returns decode ms.
 double DecodeInto(PsClient::Impl& impl, const std::vector<KeyPayload>& got,
                   std::vector<torch::Tensor>* out, uint64_t* bytes) {
-  GP_ENFORCE(got.size() == impl.model.size(), "server sent ", got.size(), " tensors for a model of ",
-             impl.model.size(), " keys");
+  GP_ENFORCE(got.size() == impl.model.size(), "server sent ", got.size(),
+             " tensors for a model of ", impl.model.size(), " keys");
   Timer t;
   for (size_t i = 0; i < got.size(); ++i) {
     GP_ENFORCE(got[i].key == impl.model[i].key, "server sent key '", got[i].key, "' where '",
@@ -248,8 +246,7 @@ StepStats PsClient::PushPull(int64_t step, const std::vector<torch::Tensor>& gra
   return st;
 }
 
-StepStats PsClient::Push(int64_t step, const std::vector<torch::Tensor>& grads,
-                         int64_t base_step) {
+StepStats PsClient::Push(int64_t step, const std::vector<torch::Tensor>& grads, int64_t base_step) {
   StepStats st;
   const std::vector<KeyPayload> payloads = EncodeAll(*impl_, step, grads, &st);
   Timer rpc;

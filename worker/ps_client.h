@@ -31,13 +31,14 @@ using compressors::TensorSpec;
 struct ClientOptions {
   std::string server = "127.0.0.1:50051";  // host:port
   std::string worker_id = "worker-0";
-  uint64_t incarnation = 1;          // raise on every restart of the worker process
-  std::string config_hash;           // the job's ConfigHash; all workers must agree
+  uint64_t incarnation = 1;            // raise on every restart of the worker process
+  std::string config_hash;             // the job's ConfigHash; all workers must agree
   compressors::CompressorConfig push;  // codec (+ then, + error feedback) per key
-  int64_t min_numel = 1024;
-  double deadline_s = 120;           // per RPC, seconds
-  int max_retries = 10;              // UNAVAILABLE retries per call
-  double backoff_initial_s = 0.05;   // doubled per retry, capped at backoff_max_s
+  int64_t min_numel = 1024;            // smaller tensors travel uncompressed
+  bool skip_1d = false;                // 1-D tensors travel uncompressed
+  double deadline_s = 120;             // per RPC, seconds
+  int max_retries = 10;                // UNAVAILABLE retries per call
+  double backoff_initial_s = 0.05;     // doubled per retry, capped at backoff_max_s
   double backoff_max_s = 5;
 };
 

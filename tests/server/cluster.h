@@ -1,7 +1,5 @@
 #pragma once
 // Test harness: a ServerRunner on 127.0.0.1:0 and PsClients as threads in this process.
-#include "tests/catch_torch.h"
-
 #include <grpcpp/grpcpp.h>
 
 #include <functional>
@@ -14,6 +12,7 @@
 #include "compressors/registry.h"
 #include "proto/gradpress.grpc.pb.h"
 #include "server/server_runner.h"
+#include "tests/catch_torch.h"
 #include "transport/chunks.h"
 #include "worker/ps_client.h"
 

@@ -103,7 +103,8 @@ TEST_CASE("NaN or Inf in a decoded gradient: INVALID_ARGUMENT naming the key", "
   CHECK_THROWS_WITH(w.client.PushPull(0, {torch::ones({64, 32}), g}, &out),
                     Catch::Contains("key 'layer1'") && Catch::Contains("NaN or Inf at element 3"));
   g[3] = std::numeric_limits<float>::infinity();
-  CHECK_THROWS_AS(w.client.PushPull(0, {torch::ones({64, 32}), g}, &out), gradpress::InvalidArgument);
+  CHECK_THROWS_AS(w.client.PushPull(0, {torch::ones({64, 32}), g}, &out),
+                  gradpress::InvalidArgument);
   w.ExpectUnchanged(0);
 }
 
@@ -142,7 +143,8 @@ TEST_CASE("rejections are counted by reason", "[validation]") {
   const auto stats = w.c.runner.store().Stats();
   CHECK(stats.rejected.at("unknown_worker") == 1);
   CHECK(stats.rejected.at("undecodable") == 1);
-  CHECK_THAT(w.client.StatsText(), Catch::Contains("gradpress_rejected_total{reason=\"undecodable\"} 1"));
+  CHECK_THAT(w.client.StatsText(),
+             Catch::Contains("gradpress_rejected_total{reason=\"undecodable\"} 1"));
 }
 
 }  // namespace

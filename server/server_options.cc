@@ -1,0 +1,23 @@
+#include "server/server_options.h"
+
+#include "compressors/compressor_config.h"
+
+namespace gradpress::server {
+
+StoreOptions StoreOptionsFromConfig(const Config& c) {
+  StoreOptions o;
+  o.workers = c.cluster.workers;
+  o.async = c.sync.mode == "async";
+  o.exchange_weights = c.sync.exchange == "weights";
+  o.sgd = {c.train.lr, c.train.momentum, c.train.weight_decay, c.train.nesterov};
+  o.pull = compressors::FromCodecSpec(c.pull);
+  o.min_numel = c.compress.min_numel;
+  o.skip_1d = c.compress.skip_1d;
+  o.worker_timeout_s = c.server.worker_timeout_s;
+  o.max_staleness = c.sync.max_staleness;
+  o.threads = c.server.threads;
+  o.stats_every = c.server.stats_every;
+  return o;
+}
+
+}  // namespace gradpress::server
