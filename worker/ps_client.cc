@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "common/error.h"
@@ -23,6 +25,19 @@ using compressors::Compressor;
 using compressors::KeyPayload;
 
 struct PsClient::Impl {
+  ~Impl() { StopHeartbeats(); }
+  void StopHeartbeats() {
+    {
+      std::lock_guard<std::mutex> lock(hb_mu);
+      hb_stop = true;
+    }
+    hb_cv.notify_all();
+    if (hb_thread.joinable()) hb_thread.join();
+  }
+  std::mutex hb_mu;
+  std::condition_variable hb_cv;
+  bool hb_stop = false;
+  std::thread hb_thread;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<proto::ParameterServer::Stub> stub;
   std::vector<TensorSpec> model;
@@ -131,6 +146,25 @@ RegisterInfo PsClient::Register(const std::vector<TensorSpec>& model) {
     compressors::CompressorConfig c = opt_.push;
     if (!compressors::TravelsCompressed(s.shape, opt_.min_numel, opt_.skip_1d)) c = {};
     impl_->push.push_back(compressors::MakeCompressor(c));
+  }
+  if (opt_.heartbeat_s > 0 && !impl_->hb_thread.joinable()) {
+    impl_->hb_thread = std::thread([this] {
+      std::unique_lock<std::mutex> lock(impl_->hb_mu);
+      const auto period = std::chrono::duration<double>(opt_.heartbeat_s);
+      while (!impl_->hb_cv.wait_for(lock, period, [this] { return impl_->hb_stop; })) {
+        lock.unlock();
+        proto::HeartbeatRequest req;
+        req.set_worker_id(opt_.worker_id);
+        req.set_incarnation(opt_.incarnation);
+        proto::HeartbeatReply r;
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::duration_cast<std::chrono::system_clock::duration>(period));
+        const grpc::Status s = impl_->stub->Heartbeat(&ctx, req, &r);
+        if (!s.ok()) spdlog::warn("{} heartbeat: {}", opt_.worker_id, s.error_message());
+        lock.lock();
+      }
+    });
   }
   return {reply.rank(), reply.world_size(), reply.server_step(), reply.initialized()};
 }

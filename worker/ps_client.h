@@ -40,6 +40,8 @@ struct ClientOptions {
   int max_retries = 10;                // UNAVAILABLE retries per call
   double backoff_initial_s = 0.05;     // doubled per retry, capped at backoff_max_s
   double backoff_max_s = 5;
+  double heartbeat_s = 0;  // > 0: a background Heartbeat this often after Register,
+                           // so long local phases (evaluation) do not look silent
 };
 
 struct RegisterInfo {

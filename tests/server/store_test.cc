@@ -192,6 +192,28 @@ TEST_CASE("a worker that stops pushing does not deadlock the barrier", "[server]
   });
 }
 
+TEST_CASE("heartbeats keep a worker that is busy elsewhere in the barrier", "[server]") {
+  auto opts = Options(2);
+  opts.worker_timeout_s = 0.4;
+  Cluster c(opts);
+  const auto specs = Specs({{100}});
+  auto slow_opts = c.Client(1);
+  slow_opts.heartbeat_s = 0.1;
+  worker::PsClient slow(slow_opts);
+  slow.Register(specs);
+  worker::PsClient fast(c.Client(0));
+  fast.Register(specs);
+  auto params = Zeros(specs);
+  fast.InitOrPull(&params);
+  Cluster::Parallel(2, [&](int w) {
+    auto out = Zeros(specs);
+    if (w == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // "evaluating"
+    auto st = (w == 0 ? fast : slow).PushPull(0, {torch::full({100}, 2.f * w)}, &out);
+    CHECK(st.contributors == 2);
+    CHECK(out[0].eq(1.f).all().item<bool>());
+  });
+}
+
 TEST_CASE("sync Push then Pull(step) returns the step's mean", "[server]") {
   Cluster c(Options(2));
   const auto specs = Specs({{5000}});
