@@ -26,10 +26,10 @@ int MetricsHttp::Start(const std::string& host, int port) {
   addr.sin_port = htons(static_cast<uint16_t>(port));
   GP_ENFORCE(::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) == 1, "metrics: bad address '",
              host, "'");
-  GP_ENFORCE_AS(Unavailable,
-                ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-                    ::listen(fd_, 16) == 0,
-                "metrics: cannot listen on ", host, ":", port, ": ", std::strerror(errno));
+  GP_ENFORCE_AS(
+      Unavailable,
+      ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && ::listen(fd_, 16) == 0,
+      "metrics: cannot listen on ", host, ":", port, ": ", std::strerror(errno));
   socklen_t len = sizeof(addr);
   ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
   thread_ = std::thread([this] { Serve(); });

@@ -82,6 +82,7 @@ RegisterResult ParameterStore::Register(const WorkerId& w, const std::vector<Ten
       k->numel = NumelOf(model_[i].shape);
       k->weights.assign(k->numel, 0.f);
       k->accum.assign(k->numel, 0.f);
+      k->block_mu.reset(new std::mutex[(k->numel + kBlock - 1) / kBlock + 1]);
       compressors::CompressorConfig pull = opt_.pull;
       if (!compressors::TravelsCompressed(model_[i].shape, opt_.min_numel, opt_.skip_1d)) {
         pull = {};
@@ -196,41 +197,94 @@ std::vector<const Payload*> ParameterStore::Validate(const std::vector<KeyPayloa
     throw;
   }
   // Decode every key once to prove it decodes and is finite; nothing is applied yet.
-  std::vector<std::string> errors(ordered.size());
-  std::vector<char> non_finite(ordered.size(), 0);
-  pool_.ParallelFor(static_cast<int64_t>(ordered.size()), [&](int64_t i) {
-    const int64_t n = keys_[i]->numel;
-    std::vector<float>& scratch = Scratch(n);
-    try {
-      Decoder(ordered[i]->codec).DecodeTo(ordered[i]->bytes, n, scratch.data());
-    } catch (const Error& e) {
-      errors[i] = "key '" + model_[i].key + "': payload does not decode: " + e.what();
-      return;
+  for (size_t i = 0; i < ordered.size(); ++i) {
+    if (ordered[i]->codec != "none") continue;
+    const size_t want = static_cast<size_t>(keys_[i]->numel) * sizeof(float);
+    if (ordered[i]->bytes.size() != want) {
+      Reject("undecodable");
+      throw InvalidArgument("key '" + model_[i].key + "': payload does not decode: none: " +
+                            std::to_string(ordered[i]->bytes.size()) + " bytes, expected " +
+                            std::to_string(want));
     }
-    const int64_t bad = FirstNonFinite(scratch.data(), n);
+  }
+  const std::vector<Item> items = Items(ordered);
+  std::vector<std::string> errors(items.size());
+  std::vector<char> non_finite(items.size(), 0);
+  pool_.ParallelFor(static_cast<int64_t>(items.size()), [&](int64_t t) {
+    const Item& it = items[t];
+    const Payload& p = *ordered[it.key];
+    int64_t bad = -1;
+    if (it.raw) {
+      float block[4096];
+      for (int64_t b = it.begin; b < it.end && bad < 0; b += 4096) {
+        const int64_t len = std::min<int64_t>(4096, it.end - b);
+        std::memcpy(block, p.bytes.data() + b * sizeof(float), len * sizeof(float));
+        const int64_t at = FirstNonFinite(block, len);
+        if (at >= 0) bad = b + at;
+      }
+    } else {
+      std::vector<float>& scratch = Scratch(keys_[it.key]->numel);
+      try {
+        Decoder(p.codec).DecodeTo(p.bytes, keys_[it.key]->numel, scratch.data());
+      } catch (const Error& e) {
+        errors[t] = "key '" + model_[it.key].key + "': payload does not decode: " + e.what();
+        return;
+      }
+      bad = FirstNonFinite(scratch.data(), keys_[it.key]->numel);
+    }
     if (bad >= 0) {
-      non_finite[i] = 1;
-      errors[i] = "key '" + model_[i].key + "': decoded gradient has NaN or Inf at element " +
+      non_finite[t] = 1;
+      errors[t] = "key '" + model_[it.key].key + "': decoded gradient has NaN or Inf at element " +
                   std::to_string(bad);
     }
   });
-  for (size_t i = 0; i < errors.size(); ++i) {
-    if (errors[i].empty()) continue;
-    Reject(non_finite[i] ? "non_finite" : "undecodable");
-    throw InvalidArgument(errors[i]);
+  for (size_t t = 0; t < errors.size(); ++t) {
+    if (errors[t].empty()) continue;
+    Reject(non_finite[t] ? "non_finite" : "undecodable");
+    throw InvalidArgument(errors[t]);
   }
   return ordered;
 }
 
+std::vector<ParameterStore::Item> ParameterStore::Items(
+    const std::vector<const Payload*>& ordered) const {
+  std::vector<Item> items;
+  for (size_t i = 0; i < ordered.size(); ++i) {
+    const int64_t n = keys_[i]->numel;
+    if (ordered[i]->codec != "none") {
+      items.push_back({i, 0, n, false});
+      continue;
+    }
+    for (int64_t b = 0; b < n; b += kBlock) items.push_back({i, b, std::min(n, b + kBlock), true});
+  }
+  return items;
+}
+
 void ParameterStore::Accumulate(const std::vector<const Payload*>& ordered) {
-  pool_.ParallelFor(static_cast<int64_t>(ordered.size()), [&](int64_t i) {
-    KeyState& k = *keys_[i];
-    std::vector<float>& scratch = Scratch(k.numel);
-    Decoder(ordered[i]->codec).DecodeTo(ordered[i]->bytes, k.numel, scratch.data());
-    std::lock_guard<std::mutex> lock(k.accum_mu);
+  const std::vector<Item> items = Items(ordered);
+  pool_.ParallelFor(static_cast<int64_t>(items.size()), [&](int64_t t) {
+    const Item& it = items[t];
+    KeyState& k = *keys_[it.key];
+    const Payload& p = *ordered[it.key];
     float* acc = k.accum.data();
+    if (it.raw) {
+      std::lock_guard<std::mutex> lock(k.block_mu[it.begin / kBlock]);
+      float block[4096];
+      for (int64_t b = it.begin; b < it.end; b += 4096) {
+        const int64_t len = std::min<int64_t>(4096, it.end - b);
+        std::memcpy(block, p.bytes.data() + b * sizeof(float), len * sizeof(float));
+        for (int64_t j = 0; j < len; ++j) acc[b + j] += block[j];
+      }
+      return;
+    }
+    std::vector<float>& scratch = Scratch(k.numel);
+    Decoder(p.codec).DecodeTo(p.bytes, k.numel, scratch.data());
     const float* s = scratch.data();
-    for (int64_t j = 0; j < k.numel; ++j) acc[j] += s[j];
+    for (int64_t b = 0; b < k.numel; b += kBlock) {  // blocks locked in order: no deadlock
+      std::lock_guard<std::mutex> lock(k.block_mu[b / kBlock]);
+      const int64_t end = std::min(k.numel, b + kBlock);
+      for (int64_t j = b; j < end; ++j) acc[j] += s[j];
+    }
   });
 }
 

@@ -134,8 +134,8 @@ class ParameterStore {
   struct KeyState {
     int64_t numel = 0;
     std::vector<float> weights;
-    std::vector<float> accum;  // sum of the open step's pushes
-    std::mutex accum_mu;
+    std::vector<float> accum;                // sum of the open step's pushes
+    std::unique_ptr<std::mutex[]> block_mu;  // one per kBlock elements of accum
     SgdState sgd;
     std::unique_ptr<compressors::Compressor> pull;  // pull codec with its own error feedback
   };
@@ -150,6 +150,15 @@ class ParameterStore {
   void Reject(const std::string& reason);       // counts; mu_ not held
   // Validates every push (structure, decode, finite) and returns them in model order.
   std::vector<const compressors::Payload*> Validate(const std::vector<KeyPayload>& pushes);
+  // Work items over all keys: a whole key for a compressed payload; kBlock-element ranges of
+  // a "none" payload, which is read in place (no decode buffer) and split across threads.
+  struct Item {
+    size_t key;
+    int64_t begin, end;
+    bool raw;  // "none": floats read straight from the payload bytes
+  };
+  static constexpr int64_t kBlock = 1 << 20;
+  std::vector<Item> Items(const std::vector<const compressors::Payload*>& ordered) const;
   void Accumulate(const std::vector<const compressors::Payload*>& ordered);
   void MaybeFinalize();                                                                 // mu_ held
   std::shared_ptr<const StepResult> Encode(int64_t step, bool weights, bool lossless);  // mu_ held

@@ -61,8 +61,7 @@ int main(int argc, char** argv) {
       spdlog::info("Prometheus metrics on :{}/metrics", config.server.metrics_port);
     }
     spdlog::info("job '{}': {} workers, {} mode, exchange {}, pull {}", config.name,
-                 config.cluster.workers, config.sync.mode, config.sync.exchange,
-                 config.pull.codec);
+                 config.cluster.workers, config.sync.mode, config.sync.exchange, config.pull.codec);
     while (!g_signal) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     spdlog::info("signal {}: stopping", static_cast<int>(g_signal));
     if (metrics) metrics->Stop();
