@@ -4,6 +4,7 @@
 //
 //   CLI::App app{"gradpress benchmarks"};
 //   AddCodecsCommand(app);            // gradpress-bench codecs [--numel N] [--json] ...
+//   AddTransportCommand(app);         // gradpress-bench transport [--numel N] [--json] ...
 //   app.parse(argc, argv);            // runs the chosen subcommand's callback
 //
 // Contract for a subcommand: validate its input before measuring anything and throw
@@ -11,6 +12,11 @@
 // exit code kUsageExitCode. Results go to stdout (with --json: one JSON object per line and
 // nothing else); progress and notes go to stderr.
 // Thread-safety: call from main only.
+
+#include <string>
+#include <vector>
+
+#include "compressors/compressor_config.h"
 
 // CLI11 is header-only and heavy; subcommands include <CLI/CLI.hpp> themselves.
 namespace CLI {
@@ -25,5 +31,22 @@ constexpr int kUsageExitCode = 2;
 // `codecs`: encode/decode throughput and ratio of every registered codec on one thread,
 // with torch::topk and memcpy reference rows measured in the same run (codecs_bench.cc).
 void AddCodecsCommand(CLI::App& app);
+
+// `transport`: push / pull GB/s, step time and peak RSS of a gradpress server running in its
+// own process (the hidden `transport-server` subcommand, also added here), with workers as
+// threads, against plain TCP loopback measured in the same run (transport_bench.cc).
+void AddTransportCommand(CLI::App& app);
+
+// Helpers shared by the subcommands (defined in codecs_bench.cc).
+
+// "topk ratio=0.01 then=qsgd levels=8": everything after a then= token is the quantizer's
+// spec; the rest goes through compressors::ParseCompressorSpec. Throws InvalidArgument.
+compressors::CompressorConfig ParseRowSpec(const std::string& spec);
+// Median of v (the mean of the middle two for an even size); v must not be empty.
+double Median(std::vector<double> v);
+// A JSON number (%.6g); null for NaN or infinity.
+std::string JsonNumber(double v);
+// A quoted, escaped JSON string.
+std::string JsonString(const std::string& s);
 
 }  // namespace gradpress::bench

@@ -1,6 +1,7 @@
 // gradpress-bench: the project's benchmarks, one subcommand each.
 //
 //   gradpress-bench codecs --numel 25000000 --json
+//   gradpress-bench transport --numel 25000000 --steps 20 --json
 //
 // Exit status: 0 on success, 2 on bad command-line input (CLI11 parse errors and
 // gradpress::Error, which subcommands throw while validating), 1 on any other failure.
@@ -10,13 +11,17 @@
 
 #include "bench/bench.h"
 #include "common/error.h"
+#include "common/huge_pages.h"
 
 int main(int argc, char** argv) {
+  gradpress::UseHugePagesForLargeBuffers(argv);
   namespace bench = gradpress::bench;
-  CLI::App app{"gradpress benchmarks: codec throughput and ratio (codecs)"};
+  CLI::App app{
+      "gradpress benchmarks: codec throughput and ratio (codecs), server transport (transport)"};
   app.name("gradpress-bench");
   app.require_subcommand(1);
   bench::AddCodecsCommand(app);
+  bench::AddTransportCommand(app);
 
   try {
     app.parse(argc, argv);  // runs the chosen subcommand

@@ -28,10 +28,63 @@
 #include "compressors/registry.h"
 
 namespace gradpress::bench {
+
+using compressors::CompressorConfig;
+
+// Shared helpers, declared in bench.h.
+
+CompressorConfig ParseRowSpec(const std::string& spec) {
+  std::istringstream is(spec);
+  std::string token, head, tail;
+  bool in_then = false;
+  while (is >> token) {
+    if (!in_then && token.rfind("then=", 0) == 0) {
+      in_then = true;
+      token = token.substr(5);
+      GP_ENFORCE(!token.empty(), "codec spec '", spec, "': then= needs a codec, e.g. then=qsgd");
+    }
+    (in_then ? tail : head) += token + " ";
+  }
+  CompressorConfig config = compressors::ParseCompressorSpec(head);
+  if (in_then) {
+    config.then = std::make_shared<CompressorConfig>(compressors::ParseCompressorSpec(tail));
+  }
+  return config;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+std::string JsonNumber(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
 namespace {
 
 using compressors::Compressor;
-using compressors::CompressorConfig;
 
 constexpr uint64_t kSeed = 20240601;
 constexpr float kGradScale = 0.01f;
@@ -51,27 +104,6 @@ struct Row {
   double encode_s = 0;  // medians
   double decode_s = 0;
 };
-
-// "topk ratio=0.01 then=qsgd levels=8": everything after a then= token is the quantizer's
-// spec; the rest goes through compressors::ParseCompressorSpec.
-CompressorConfig ParseRowSpec(const std::string& spec) {
-  std::istringstream is(spec);
-  std::string token, head, tail;
-  bool in_then = false;
-  while (is >> token) {
-    if (!in_then && token.rfind("then=", 0) == 0) {
-      in_then = true;
-      token = token.substr(5);
-      GP_ENFORCE(!token.empty(), "codec spec '", spec, "': then= needs a codec, e.g. then=qsgd");
-    }
-    (in_then ? tail : head) += token + " ";
-  }
-  CompressorConfig config = compressors::ParseCompressorSpec(head);
-  if (in_then) {
-    config.then = std::make_shared<CompressorConfig>(compressors::ParseCompressorSpec(tail));
-  }
-  return config;
-}
 
 // The inverse of ParseRowSpec, without the codec name.
 std::string SpecParams(const CompressorConfig& config) {
@@ -98,12 +130,6 @@ std::vector<CompressorConfig> DefaultConfigs() {
     configs.push_back(ParseRowSpec(spec));
   }
   return configs;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
 // Median seconds of fn(run) for run = 1..repeats.
@@ -168,31 +194,6 @@ Row MeasureMemcpy(const float* grad, int64_t n, int repeats, float* copy) {
 }
 
 double Gbps(int64_t n, double seconds) { return 4.0 * static_cast<double>(n) / seconds / 1e9; }
-
-// JSON number; null for NaN or infinity (a timer that read 0 s on a tiny input).
-std::string JsonNumber(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.6g", v);
-  return buf;
-}
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
 
 void PrintJson(const Row& r, int64_t n) {
   std::cout << "{\"codec\":" << JsonString(r.codec) << ",\"params\":" << JsonString(r.params)

@@ -15,6 +15,7 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/huge_pages.h"
 #include "common/logging.h"
 #include "server/metrics_http.h"
 #include "server/server_options.h"
@@ -26,6 +27,7 @@ void OnSignal(int sig) { g_signal = sig; }
 }  // namespace
 
 int main(int argc, char** argv) {
+  gradpress::UseHugePagesForLargeBuffers(argv);
   CLI::App app{"gradpress-server: the parameter server"};
   std::string config_path, listen, log_level = "info", log_file;
   std::optional<int> workers;

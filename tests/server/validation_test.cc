@@ -1,5 +1,9 @@
 // Every validation case: a clear status naming the key and the reason, and the store left
 // unchanged (the next valid step still averages exactly).
+#include <grpcpp/generic/generic_stub.h>
+
+#include <future>
+
 #include "tests/server/cluster.h"
 
 namespace gradpress::testing {
@@ -145,6 +149,25 @@ TEST_CASE("rejections are counted by reason", "[validation]") {
   CHECK(stats.rejected.at("undecodable") == 1);
   CHECK_THAT(w.client.StatsText(),
              Catch::Contains("gradpress_rejected_total{reason=\"undecodable\"} 1"));
+}
+
+TEST_CASE("the standard gRPC health service answers SERVING", "[validation]") {
+  OneWorker w;
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(w.c.port),
+                                     grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  grpc::Slice empty(std::string{});  // HealthCheckRequest{service: ""} serialises to 0 bytes
+  grpc::ByteBuffer request(&empty, 1), response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) { done.set_value(s); });
+  REQUIRE(done.get_future().get().ok());
+  std::vector<grpc::Slice> slices;
+  REQUIRE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  CHECK(bytes == std::string("\x08\x01", 2));  // field 1 (status) = SERVING
 }
 
 }  // namespace

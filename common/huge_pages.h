@@ -1,0 +1,17 @@
+#pragma once
+// Large tensors and payloads (100 MB per step for a 25M-float model) are malloc'ed with
+// mmap, and every fresh mapping costs a page fault per 4 KiB on first touch: about half of
+// the server's CPU in the transport benchmark. With transparent huge pages in "madvise"
+// mode, glibc (2.35+) advises its mmap'ed chunks as huge when the tunable
+// glibc.malloc.hugetlb=1 is set, which cuts those faults 512-fold. Tunables are read at
+// process start, so this re-executes the program once with the tunable added.
+//
+//   int main(int argc, char** argv) { gradpress::UseHugePagesForLargeBuffers(argv); ... }
+//
+// No-op when the tunable is already set, when GRADPRESS_NO_HUGEPAGES is set, or when the
+// kernel's THP mode is not "madvise". Call first thing in main, before any thread starts.
+namespace gradpress {
+
+void UseHugePagesForLargeBuffers(char** argv);
+
+}  // namespace gradpress
