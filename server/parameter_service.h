@@ -1,6 +1,6 @@
 #pragma once
 // ParameterService: the thin gRPC adapter over ParameterStore. Handlers only translate:
-// proto -> store call -> proto. Payloads arrive and leave as 1 MiB chunks
+// proto -> store call -> proto. Payloads arrive and leave as 2 MiB chunks
 // (transport/chunks.h); every exception becomes a grpc::Status here and nowhere else
 // (transport/status.h), so bad input never takes the daemon down.
 //

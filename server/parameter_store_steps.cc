@@ -156,7 +156,7 @@ void ParameterStore::MaybeFinalize() {
   mutable_result->contributors = contributors_;
   mutable_result->server_ms = t.ElapsedMs() + open_step_apply_ms_ / contributors_;
   results_.push_back(result);
-  while (results_.size() > 2) results_.pop_front();  // this step's and the one before
+  while (results_.size() > 1) results_.pop_front();  // the newest only: the barrier orders steps
   total_server_ms_ += result->server_ms;
   ++step_;
   ++stats_.steps;
