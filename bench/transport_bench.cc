@@ -17,38 +17,33 @@
 // Gradients: randn * 0.01 per worker, fixed seeds. Codec SPEC is used both ways (push and the
 // server's pull codec), tensors of any size compressed (min_numel 0). Defaults: none, and
 // method 5: "topk ratio=0.01 error_feedback=true then=qsgd levels=16".
-#include <signal.h>
-#include <spawn.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
+// The child process and its server loop live in server_process.h, the barrier in barrier.h.
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
-#include <condition_variable>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/barrier.h"
 #include "bench/bench.h"
+#include "bench/server_process.h"
 #include "bench/tcp_loopback.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "compressors/registry.h"
-#include "server/server_runner.h"
 #include "worker/ps_client.h"
-
-extern char** environ;
 
 namespace gradpress::bench {
 namespace {
@@ -59,9 +54,7 @@ using compressors::TensorSpec;
 
 constexpr uint64_t kSeed = 20240601;
 constexpr float kGradScale = 0.01f;
-constexpr double kStartTimeoutS = 30;  // for the server's port file
-constexpr double kRpcDeadlineS = 120;  // per RPC; also the server's worker timeout
-constexpr int kMinReportSteps = 20;    // README figures need at least this many
+constexpr int kMinReportSteps = 20;  // README figures need at least this many
 const char* const kMethod5 = "topk ratio=0.01 error_feedback=true then=qsgd levels=16";
 
 struct TransportOptions {
@@ -74,12 +67,6 @@ struct TransportOptions {
   bool json = false;
 };
 
-struct ServerArgs {
-  std::string port_file, spec = "none";
-  int workers = 2, threads = 2;
-  int64_t parent_pid = 0;
-};
-
 struct Row {
   std::string codec;  // CompressorConfig::ToString(): "none", "topk(ratio=0.01)+qsgd(...)+ef"
   double push_s = 0, pull_s = 0, step_s = 0;  // medians
@@ -90,158 +77,6 @@ struct Row {
 };
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-// A reusable barrier for n threads; Wait returns the time the last thread arrived.
-class Barrier {
- public:
-  explicit Barrier(int n) : n_(n) {}
-  Clock::time_point Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    const uint64_t generation = generation_;
-    if (++arrived_ == n_) {
-      arrived_ = 0;
-      ++generation_;
-      release_ = Clock::now();
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return generation_ != generation || broken_; });
-    }
-    if (broken_) throw std::runtime_error("stopped: another worker failed");
-    return release_;
-  }
-  void Break() {
-    std::lock_guard<std::mutex> lock(mu_);
-    broken_ = true;
-    cv_.notify_all();
-  }
-
- private:
-  const int n_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int arrived_ = 0;
-  uint64_t generation_ = 0;
-  bool broken_ = false;
-  Clock::time_point release_;
-};
-
-// The server child process; killed and reaped on destruction, so it never outlives us.
-// Thread-safety: one thread at a time (worker threads call Kill / EndedHow under a mutex).
-class ServerProcess {
- public:
-  explicit ServerProcess(const std::vector<std::string>& args) {
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);  // stdout: ours
-    const int rc = posix_spawn(&pid_, args[0].c_str(), &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) {
-      pid_ = -1;
-      throw std::runtime_error("cannot start " + args[0] + ": " + std::strerror(rc));
-    }
-  }
-  ~ServerProcess() {
-    Kill();
-    Reap(/*timeout_s=*/10);
-  }
-  ServerProcess(const ServerProcess&) = delete;
-  ServerProcess& operator=(const ServerProcess&) = delete;
-
-  void Kill() const {
-    if (pid_ > 0) ::kill(pid_, SIGKILL);
-  }
-  // "exit 3", "signal 9" once the child has ended; "" while it runs.
-  std::string EndedHow() { return Reap(0) ? how_ : ""; }
-  // Waits for the port file (written atomically by the child); throws if the child exits.
-  int WaitForPort(const std::string& file) {
-    const auto deadline = Clock::now() + std::chrono::duration<double>(kStartTimeoutS);
-    while (Clock::now() < deadline) {
-      int port = 0;
-      if (std::ifstream(file) >> port && port > 0) return port;
-      if (Reap(0)) throw std::runtime_error("transport-server exited during start-up: " + how_);
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    throw std::runtime_error("transport-server did not report a port within 30 s");
-  }
-  // A "VmHWM:"-style field of /proc/<pid>/status, in MiB.
-  double StatusMb(const std::string& field) const {
-    std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024;
-    }
-    throw std::runtime_error("no " + field + " in /proc/" + std::to_string(pid_) + "/status");
-  }
-  // SIGTERM, then SIGKILL after 10 s; notes an unclean exit on stderr.
-  void Terminate() {
-    if (pid_ > 0) ::kill(pid_, SIGTERM);
-    if (!Reap(10)) {
-      Kill();
-      Reap(10);
-    }
-    if (how_ != "exit 0") std::cerr << "  note: transport-server ended with " << how_ << "\n";
-  }
-
- private:
-  // Waits up to timeout_s for the child to end; true once it has been reaped.
-  bool Reap(double timeout_s) {
-    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
-    while (pid_ > 0) {
-      int status = 0;
-      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-      if (r == pid_ || (r < 0 && errno != EINTR)) {
-        how_ = WIFEXITED(status)     ? "exit " + std::to_string(WEXITSTATUS(status))
-               : WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
-                                     : "unknown status";
-        pid_ = -1;
-        return true;
-      }
-      if (Clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return true;
-  }
-  pid_t pid_ = -1;
-  std::string how_;
-};
-
-// ---- the server side (child process) ----
-
-volatile std::sig_atomic_t g_stop = 0;
-extern "C" void OnStopSignal(int) { g_stop = 1; }
-
-void RunServer(const ServerArgs& a) {
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // dies with the bench; then check we were not late
-  if (static_cast<int64_t>(::getppid()) != a.parent_pid)
-    throw std::runtime_error(
-        "transport-server: the bench process that started it is gone (parent pid " +
-        std::to_string(a.parent_pid) + ")");
-  struct sigaction sa {};
-  sa.sa_handler = OnStopSignal;
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGINT, &sa, nullptr);
-  SetupLogging("warn", "", "transport-server");
-  compressors::RegisterBuiltinCompressors();
-  torch::set_num_threads(1);
-  server::StoreOptions o;
-  o.workers = a.workers;
-  o.threads = a.threads;
-  o.pull = ParseRowSpec(a.spec);
-  o.min_numel = 0;
-  o.worker_timeout_s = kRpcDeadlineS;
-  server::ServerRunner runner(o, kRpcDeadlineS);
-  const int port = runner.Start("127.0.0.1:0");
-  const std::string tmp = a.port_file + ".tmp";
-  std::ofstream(tmp) << port << "\n";
-  std::filesystem::rename(tmp, a.port_file);
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  runner.Stop(2.0);
-}
-
-// ---- the bench side ----
 
 // A gauge or counter "name value" from Prometheus text; NaN if absent.
 double PromValue(const std::string& text, const std::string& name) {
