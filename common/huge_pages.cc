@@ -16,8 +16,8 @@ void UseHugePagesForLargeBuffers(char** argv) {
   std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string mode((std::istreambuf_iterator<char>(thp)), std::istreambuf_iterator<char>());
   if (mode.find("[madvise]") == std::string::npos) return;
-  const std::string value = current.empty() ? "glibc.malloc.hugetlb=1"
-                                            : current + ":glibc.malloc.hugetlb=1";
+  const std::string value =
+      current.empty() ? "glibc.malloc.hugetlb=1" : current + ":glibc.malloc.hugetlb=1";
   ::setenv("GLIBC_TUNABLES", value.c_str(), 1);
   ::execv("/proc/self/exe", argv);  // returns only on failure: carry on without
 }
