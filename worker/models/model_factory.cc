@@ -1,0 +1,27 @@
+#include "worker/models/model_factory.h"
+
+#include "common/error.h"
+#include "worker/models/lenet.h"
+#include "worker/models/resnet.h"
+#include "worker/models/vgg.h"
+
+namespace gradpress::worker::models {
+
+const std::vector<std::string>& KnownModels() {
+  static const std::vector<std::string> kNames = {"lenet", "vgg11", "resnet18", "resnet20"};
+  return kNames;
+}
+
+std::shared_ptr<Net> MakeModel(const std::string& name, int64_t in_channels, int64_t image_size,
+                               int64_t classes) {
+  if (name == "lenet") return LeNet(in_channels, image_size, classes).ptr();
+  if (name == "vgg11") return Vgg11(in_channels, image_size, classes).ptr();
+  if (name == "resnet18") return ResNet(ResNet18Spec(), in_channels, image_size, classes).ptr();
+  if (name == "resnet20") return ResNet(ResNet20Spec(), in_channels, image_size, classes).ptr();
+  std::string known;
+  for (const auto& n : KnownModels()) known += (known.empty() ? "" : ", ") + n;
+  GP_ENFORCE(false, "unknown model '", name, "'; known models: ", known);
+  return nullptr;  // unreachable
+}
+
+}  // namespace gradpress::worker::models
