@@ -121,10 +121,28 @@ TEST_CASE("the DESIGN.md example loads from a file, codec chain included", "[con
   CHECK(c.push.line == 8);
 }
 
-TEST_CASE("configs/lenet_fmnist_m5.yaml is the method-5 example", "[config]") {
-  const Config c = LoadConfig(std::string(GP_SOURCE_DIR) + "/configs/lenet_fmnist_m5.yaml");
-  CHECK(c == ParseConfig(kDesignExample));
-  CHECK(c.push.then->codec == "qsgd");
+TEST_CASE("configs/lenet_fmnist_m1..m6 load and describe the survey's six methods", "[config]") {
+  auto load = [](int m) {
+    return LoadConfig(std::string(GP_SOURCE_DIR) + "/configs/lenet_fmnist_m" + std::to_string(m) +
+                      ".yaml");
+  };
+  const Config m5 = load(5);
+  Config design = ParseConfig(kDesignExample);
+  design.name = m5.name;  // the file is the design's example, trained for 10 epochs
+  design.train.epochs = m5.train.epochs;
+  design.train.lr_schedule = m5.train.lr_schedule;
+  CHECK(m5 == design);
+  CHECK(m5.push.then->codec == "qsgd");
+  CHECK(load(1).sync.exchange == "weights");
+  CHECK(load(1).push.codec == "none");
+  CHECK(load(2).sync.exchange == "weights");
+  CHECK(load(2).push.codec == "qsgd");
+  CHECK(load(2).pull.codec == "none");
+  CHECK(load(3).sync.exchange == "gradients");
+  CHECK(load(3).pull.codec == "none");
+  CHECK(load(4).pull.codec == "qsgd");
+  CHECK(load(6).sync.every == 20);
+  CHECK(load(6).push == m5.push);
 }
 
 TEST_CASE("overrides apply in order on top of the file, codec keys included", "[config]") {
