@@ -109,6 +109,7 @@ RegisterResult ParameterStore::Register(const WorkerId& w, const std::vector<Ten
     GP_ENFORCE_AS(FailedPrecondition, static_cast<int>(workers_.size()) < opt_.workers,
                   "server expects ", opt_.workers, " workers and all have registered; '", w.name,
                   "' is one too many");
+    if (workers_.empty()) first_register_ = Clock::now();
     it = workers_.emplace(w.name, WorkerState{}).first;
     it->second.rank = next_rank_++;
   } else {

@@ -8,8 +8,9 @@
 //   store.InitWeights({"worker-0", 1}, initial_payloads);          // first worker wins
 //   auto out = store.PushPull({"worker-0", 1}, step, pushes, deadline);  // sync: blocks
 //
-// Sync: a step completes when every live worker has pushed it; the mean is taken over the
-// pushes received (a worker silent for worker_timeout_s is dropped and the mean
+// Sync: a step completes when every live worker has pushed it, and not before all `workers`
+// have registered (or worker_timeout_s has passed since the first did); the mean is taken
+// over the pushes received (a worker silent for worker_timeout_s is dropped and the mean
 // renormalises; it may Register again and rejoin). Async (exchange=weights only): each push
 // is applied at once; one whose base step is more than max_staleness behind is refused.
 // Every push is validated whole before any of it is applied: unknown worker (NotFound),
@@ -179,6 +180,8 @@ class ParameterStore {
   bool initialized_ = false;
   std::map<std::string, WorkerState> workers_;
   int next_rank_ = 0;
+  Clock::time_point first_register_;    // until all expected workers registered (or the
+                                        // worker timeout passed), steps do not complete
   int64_t step_ = 0;                    // completed steps (sync: index of the open step)
   std::set<std::string> pushed_;        // contributed to the open step
   std::set<std::string> in_flight_;     // validating / accumulating right now

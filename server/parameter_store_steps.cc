@@ -137,6 +137,12 @@ PushPullResult ParameterStore::AsyncPush(const WorkerId& w, int64_t step, int64_
 
 void ParameterStore::MaybeFinalize() {
   if (contributors_ == 0) return;
+  if (static_cast<int>(workers_.size()) < opt_.workers) {
+    const auto waited = std::chrono::duration<double>(Clock::now() - first_register_).count();
+    if (waited < opt_.worker_timeout_s) return;  // the others may still be starting
+    spdlog::warn("only {} of {} workers registered after {:.1f} s: step {} goes on without them",
+                 workers_.size(), opt_.workers, waited, step_);
+  }
   for (const auto& [name, ws] : workers_)
     if (ws.live && !pushed_.count(name)) return;
   if (!in_flight_.empty()) return;  // a push is still accumulating into this step
@@ -230,16 +236,14 @@ void ParameterStore::CheckTimeouts() {
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = Clock::now();
   const auto limit = std::chrono::duration<double>(opt_.worker_timeout_s);
-  bool dropped = false;
   for (auto& [name, ws] : workers_) {
     if (ws.live && now - ws.last_seen > limit && !in_call_.count(name)) {
       ws.live = false;
-      dropped = true;
       spdlog::warn("worker '{}' silent for {:.1f} s: dropped from the barrier at step {}", name,
                    std::chrono::duration<double>(now - ws.last_seen).count(), step_);
     }
   }
-  if (dropped) MaybeFinalize();
+  MaybeFinalize();  // a drop, or the registration grace ending, may complete the open step
 }
 
 void ParameterStore::Shutdown() {

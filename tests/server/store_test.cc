@@ -214,6 +214,27 @@ TEST_CASE("heartbeats keep a worker that is busy elsewhere in the barrier", "[se
   });
 }
 
+TEST_CASE("step 0 waits for every expected worker to register", "[server]") {
+  Cluster c(Options(2));
+  const auto specs = Specs({{100}});
+  worker::PsClient early(c.Client(0));
+  early.Register(specs);
+  auto params = Zeros(specs);
+  early.InitOrPull(&params);
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    worker::PsClient client(c.Client(1));
+    client.Register(specs);
+    auto out = Zeros(specs);
+    client.PushPull(0, {torch::full({100}, 4.f)}, &out);
+  });
+  auto out = Zeros(specs);
+  auto st = early.PushPull(0, {torch::full({100}, 2.f)}, &out);
+  late.join();
+  CHECK(st.contributors == 2);
+  CHECK(out[0].eq(3.f).all().item<bool>());
+}
+
 TEST_CASE("sync Push then Pull(step) returns the step's mean", "[server]") {
   Cluster c(Options(2));
   const auto specs = Specs({{5000}});

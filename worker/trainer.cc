@@ -1,0 +1,367 @@
+#include "worker/trainer.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "common/error.h"
+#include "common/timer.h"
+#include "compressors/compressor_config.h"
+#include "worker/data/random.h"
+#include "worker/data/sampler.h"
+#include "worker/data/transforms.h"
+#include "worker/lr_schedule.h"
+#include "worker/models/model_factory.h"
+#include "worker/ps_client.h"
+
+namespace gradpress::worker {
+namespace {
+
+std::mutex& SeedMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+torch::Device PickDevice(const std::string& device) {
+  if (device == "cuda" || (device == "auto" && torch::cuda::is_available()))
+    return torch::Device(torch::kCUDA);
+  return torch::Device(torch::kCPU);
+}
+
+// A flat JSON object writer: keys in insertion order, numbers and strings only.
+class JsonLine {
+ public:
+  JsonLine& Num(const std::string& k, double v) {
+    Key(k);
+    if (std::isfinite(v)) {
+      std::ostringstream s;
+      s.precision(10);
+      s << v;
+      out_ += s.str();
+    } else {
+      out_ += "null";
+    }
+    return *this;
+  }
+  JsonLine& Int(const std::string& k, int64_t v) {
+    Key(k);
+    out_ += std::to_string(v);
+    return *this;
+  }
+  JsonLine& Str(const std::string& k, const std::string& v) {
+    Key(k);
+    out_ += '"';
+    for (char c : v) {
+      if (c == '"' || c == '\\') out_ += '\\';
+      out_ += c;
+    }
+    out_ += '"';
+    return *this;
+  }
+  std::string Done() const { return out_ + "}"; }
+
+ private:
+  void Key(const std::string& k) {
+    out_ += out_.size() > 1 ? ", \"" : "\"";
+    out_ += k + "\": ";
+  }
+  std::string out_ = "{";
+};
+
+}  // namespace
+
+Trainer::Trainer(TrainerOptions options)
+    : opt_(std::move(options)), device_(PickDevice(opt_.config.device)) {
+  const Config& c = opt_.config;
+  GP_ENFORCE(opt_.workers >= 1 && opt_.rank >= 0 && opt_.rank < opt_.workers, "rank ", opt_.rank,
+             " outside [0, ", opt_.workers, ")");
+  GP_ENFORCE(c.sync.mode == "sync", "sync.mode '", c.sync.mode,
+             "' is not supported by the trainer yet");
+  GP_ENFORCE(c.sync.every == 1, "sync.every ", c.sync.every,
+             " (method 6) is not supported by the trainer yet");
+  GP_ENFORCE(c.sync.exchange == "gradients" || c.sync.exchange == "weights", "sync.exchange: '",
+             c.sync.exchange, "' is not one of gradients, weights");
+  GP_ENFORCE(c.train.batch_size >= 1, "train.batch_size must be >= 1");
+  exchange_weights_ = c.sync.exchange == "weights";
+  torch::set_num_threads(std::max(1, c.train.threads));
+
+  data_ = data::LoadDataset(c.dataset.name, c.dataset.path, c.dataset.subset, c.dataset.test_subset,
+                            static_cast<uint64_t>(c.train.seed));
+  const int64_t channels = data_.train.images.size(1), size = data_.train.images.size(2);
+  {
+    std::lock_guard<std::mutex> lock(SeedMutex());
+    torch::manual_seed(c.train.seed);
+    model_ = models::MakeModel(c.model, channels, size, data::kNumClasses);
+  }
+  model_->to(device_);
+  model_->train();
+  for (const auto& p : model_->parameters()) {
+    params_.push_back(p);
+    received_.push_back(torch::zeros_like(p));
+    dense_bytes_ += p.numel() * 4;
+  }
+  if (!exchange_weights_) {
+    torch::optim::SGDOptions so(c.train.lr);
+    so.momentum(c.train.momentum).weight_decay(c.train.weight_decay).nesterov(c.train.nesterov);
+    optimizer_ = std::make_unique<torch::optim::SGD>(params_, so);
+  }
+
+  ClientOptions co;
+  co.server = opt_.server.empty() ? c.cluster.server : opt_.server;
+  co.worker_id = "worker-" + std::to_string(opt_.rank);
+  co.incarnation = opt_.incarnation;
+  co.config_hash = ConfigHash(c);
+  co.push = compressors::FromCodecSpec(c.push);
+  co.min_numel = c.compress.min_numel;
+  co.skip_1d = c.compress.skip_1d;
+  co.deadline_s = c.server.deadline_s;
+  co.heartbeat_s = c.server.worker_timeout_s / 4;
+  client_ = std::make_unique<PsClient>(co);
+}
+
+Trainer::~Trainer() = default;
+
+std::vector<torch::Tensor> Trainer::Parameters() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : params_) out.push_back(p.detach());
+  return out;
+}
+
+void Trainer::Connect() {
+  if (connected_) return;
+  std::vector<compressors::TensorSpec> specs;
+  for (const auto& item : model_->named_parameters())
+    specs.push_back({item.key(), item.value().sizes().vec()});
+  RegisterInfo info = client_->Register(specs);
+  std::vector<torch::Tensor> weights = Parameters();  // aliases: InitOrPull writes into them
+  client_->InitOrPull(&weights);
+  // A rejoining worker (server already past step 0) continues at the server's step.
+  step_ = info.server_step;
+  if (step_ == 0) WaitForWorkers();
+  connected_ = true;
+}
+
+// The server's sync barrier counts registered workers only: a worker that pushed step 0
+// before the others registered would complete it alone. So a fresh start waits until all
+// `workers` are live (the server's gradpress_live_workers counter).
+void Trainer::WaitForWorkers() {
+  Timer waited;
+  const std::string key = "gradpress_live_workers ";
+  while (true) {
+    const std::string text = client_->StatsText();
+    const size_t at = text.find("\n" + key);
+    if (at != std::string::npos && std::stoll(text.substr(at + 1 + key.size())) >= opt_.workers)
+      return;
+    GP_ENFORCE_AS(Unavailable, waited.ElapsedSeconds() < opt_.config.server.deadline_s, "worker-",
+                  opt_.rank, ": not all ", opt_.workers, " workers registered within ",
+                  opt_.config.server.deadline_s, " s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+void Trainer::ApplyLr(double lr) {
+  for (auto& group : optimizer_->param_groups())
+    static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
+}
+
+StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labels) {
+  GP_ENFORCE(connected_, "Trainer::Step before Connect");
+  Timer step_timer;
+  StepMetrics m;
+  m.step = step_;
+  Timer t;
+  model_->zero_grad();
+  torch::Tensor x = images.to(device_), y = labels.to(device_);
+  torch::Tensor logits = model_->forward(x);
+  torch::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
+  loss.backward();
+  m.loss = loss.item<double>();
+  m.correct = logits.argmax(1).eq(y).sum().item<int64_t>();
+  std::vector<torch::Tensor> grads;
+  for (auto& p : params_) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    grads.push_back(p.grad());
+  }
+  m.compute_ms = t.ElapsedMs();
+
+  StepStats st;
+  if (exchange_weights_) {
+    std::vector<torch::Tensor> weights = Parameters();
+    st = client_->PushPull(step_, grads, &weights);
+  } else {
+    st = client_->PushPull(step_, grads, &received_);
+    t.Restart();
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].mutable_grad().copy_(received_[i]);
+    optimizer_->step();
+    m.compute_ms += t.ElapsedMs();
+  }
+  m.bytes_up = st.bytes_up;
+  m.bytes_down = st.bytes_down;
+  m.encode_ms = st.encode_ms;
+  m.decode_ms = st.decode_ms;
+  m.network_ms = st.network_ms;
+  m.wait_ms = st.wait_ms;
+  ++step_;
+  m.step_ms = step_timer.ElapsedMs();
+  return m;
+}
+
+double Trainer::Evaluate() {
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  const data::Dataset& test = data_.test;
+  int64_t correct = 0;
+  const int64_t n = test.size(), batch = 256;
+  for (int64_t b = 0; b < n; b += batch) {
+    const int64_t e = std::min(n, b + batch);
+    torch::Tensor logits = model_->forward(test.images.slice(0, b, e).to(device_));
+    correct += logits.argmax(1).eq(test.labels.slice(0, b, e).to(device_)).sum().item<int64_t>();
+  }
+  model_->train();
+  return n > 0 ? static_cast<double>(correct) / n : 0.0;
+}
+
+void Trainer::AppendLine(const std::string& line) {
+  if (opt_.run_dir.empty()) return;
+  std::ofstream f(opt_.run_dir + "/metrics.jsonl", std::ios::app);
+  f << line + "\n";
+  f.flush();
+}
+
+TrainSummary Trainer::Run() {
+  const Config& c = opt_.config;
+  Timer wall;
+  if (!opt_.run_dir.empty()) std::filesystem::create_directories(opt_.run_dir);
+  Connect();
+  const int64_t n = data_.train.size();
+  const int64_t shard = data::ShardSize(n, opt_.workers);
+  const int64_t batch = c.train.batch_size;
+  const int64_t steps_per_epoch = std::max<int64_t>(1, (shard + batch - 1) / batch);
+  std::mt19937_64 rng(data::MixSeed(static_cast<uint64_t>(c.train.seed), opt_.rank));
+  const bool augment = c.dataset.name == "cifar10";
+
+  TrainSummary s;
+  double sum_up = 0, sum_down = 0;
+  int64_t done = 0;
+  // Resume position: a worker that joined late starts at the server's step.
+  for (int64_t epoch = step_ / steps_per_epoch; epoch < c.train.epochs; ++epoch) {
+    Timer epoch_timer;
+    const std::vector<int64_t> idx =
+        data::EpochIndices(n, opt_.rank, opt_.workers, epoch, static_cast<uint64_t>(c.train.seed));
+    int64_t correct = 0, seen = 0;
+    bool stop = false;
+    for (int64_t i = step_ - epoch * steps_per_epoch; i < steps_per_epoch; ++i) {
+      if (opt_.max_steps > 0 && done >= opt_.max_steps) {
+        stop = true;
+        break;
+      }
+      if (!exchange_weights_)
+        ApplyLr(ScheduledLr(c.train, static_cast<double>(step_) / steps_per_epoch));
+      data::Dataset b = data::GatherBatch(data_.train, idx, i * batch, (i + 1) * batch);
+      torch::Tensor images = augment ? data::AugmentCifar(b.images, &rng) : b.images;
+      StepMetrics m = Step(images, b.labels);
+      correct += m.correct;
+      seen += b.size();
+      ++done;
+      sum_up += m.bytes_up;
+      sum_down += m.bytes_down;
+      s.step_ms += m.step_ms;
+      s.compute_ms += m.compute_ms;
+      s.encode_ms += m.encode_ms;
+      s.decode_ms += m.decode_ms;
+      s.network_ms += m.network_ms;
+      s.wait_ms += m.wait_ms;
+      AppendLine(JsonLine()
+                     .Int("rank", opt_.rank)
+                     .Int("step", m.step)
+                     .Num("loss", m.loss)
+                     .Int("bytes_up", static_cast<int64_t>(m.bytes_up))
+                     .Int("bytes_down", static_cast<int64_t>(m.bytes_down))
+                     .Num("compute_ms", m.compute_ms)
+                     .Num("encode_ms", m.encode_ms)
+                     .Num("decode_ms", m.decode_ms)
+                     .Num("network_ms", m.network_ms)
+                     .Num("wait_ms", m.wait_ms)
+                     .Done());
+      if (c.train.log_every > 0 && m.step % c.train.log_every == 0)
+        spdlog::info("worker-{} step {} loss {:.4f} up {} B down {} B", opt_.rank, m.step, m.loss,
+                     m.bytes_up, m.bytes_down);
+    }
+    if (seen == 0 && stop) break;
+    EpochMetrics em;
+    em.epoch = epoch;
+    em.train_acc = seen > 0 ? static_cast<double>(correct) / seen : 0.0;
+    em.test_acc = Evaluate();
+    em.epoch_s = epoch_timer.ElapsedSeconds();
+    s.epoch_metrics.push_back(em);
+    s.test_acc = em.test_acc;
+    ++s.epochs;
+    AppendLine(JsonLine()
+                   .Int("rank", opt_.rank)
+                   .Int("epoch", em.epoch)
+                   .Num("train_acc", em.train_acc)
+                   .Num("test_acc", em.test_acc)
+                   .Num("epoch_s", em.epoch_s)
+                   .Done());
+    spdlog::info("worker-{} epoch {} train_acc {:.4f} test_acc {:.4f} ({:.1f} s)", opt_.rank, epoch,
+                 em.train_acc, em.test_acc, em.epoch_s);
+    if (stop) break;
+  }
+  s.steps = done;
+  const double d = std::max<int64_t>(1, done);
+  s.bytes_up_per_step = sum_up / d;
+  s.bytes_down_per_step = sum_down / d;
+  s.ratio_up = sum_up > 0 ? dense_bytes_ * d / sum_up : 0.0;
+  s.ratio_down = sum_down > 0 ? dense_bytes_ * d / sum_down : 0.0;
+  s.step_ms /= d;
+  s.compute_ms /= d;
+  s.encode_ms /= d;
+  s.decode_ms /= d;
+  s.network_ms /= d;
+  s.wait_ms /= d;
+  s.wall_s = wall.ElapsedSeconds();
+  if (opt_.rank == 0) WriteSummary(s);
+  return s;
+}
+
+void Trainer::WriteSummary(const TrainSummary& s) const {
+  if (opt_.run_dir.empty()) return;
+  const Config& c = opt_.config;
+  const std::string text = JsonLine()
+                               .Str("name", c.name)
+                               .Str("method", c.name)
+                               .Str("model", c.model)
+                               .Str("dataset", c.dataset.name)
+                               .Int("workers", opt_.workers)
+                               .Int("steps", s.steps)
+                               .Int("epochs", s.epochs)
+                               .Num("test_acc", s.test_acc)
+                               .Num("bytes_up_per_step", s.bytes_up_per_step)
+                               .Num("bytes_down_per_step", s.bytes_down_per_step)
+                               .Num("ratio_up", s.ratio_up)
+                               .Num("ratio_down", s.ratio_down)
+                               .Num("step_ms", s.step_ms)
+                               .Num("compute_ms", s.compute_ms)
+                               .Num("encode_ms", s.encode_ms)
+                               .Num("network_ms", s.network_ms)
+                               .Num("decode_ms", s.decode_ms)
+                               .Num("wait_ms", s.wait_ms)
+                               .Num("wall_s", s.wall_s)
+                               .Done();
+  const std::string path = opt_.run_dir + "/summary.json";
+  {
+    std::ofstream f(path + ".tmp", std::ios::trunc);
+    f << text << "\n";
+    GP_ENFORCE(f.good(), "cannot write ", path);
+  }
+  std::filesystem::rename(path + ".tmp", path);
+}
+
+}  // namespace gradpress::worker

@@ -1,0 +1,124 @@
+#pragma once
+// Trainer: one worker's training loop against the parameter server (shared/DESIGN.md,
+// methods 1-5). Loads its shard of the data, builds the model, registers with the server,
+// adopts the server's initial weights, then per step: forward, cross-entropy, backward,
+// PushPull, apply.
+//
+//   TrainerOptions o{config, /*rank=*/0, /*workers=*/2, "127.0.0.1:50051", run_dir};
+//   TrainSummary s = Trainer(o).Run();      // all epochs (or max_steps), evaluates per epoch
+//
+//   Trainer t(o);  t.Connect();             // step-level API (tests)
+//   StepMetrics m = t.Step(images, labels); // one synchronous exchange
+//
+// exchange=gradients (methods 3-5): the averaged gradient comes back into p.grad and a local
+//   torch::optim::SGD (lr, momentum, weight_decay, nesterov from config.train) steps; every
+//   worker applies the same gradient to the same weights. The lr follows train.lr_schedule
+//   (lr_schedule.h) by fractional epoch.
+// exchange=weights (methods 1-2): the server steps SGD and returns weights, copied into the
+//   parameters. Limitation: the server's lr is constant (train.lr); lr_schedule is ignored.
+// Not yet supported (InvalidArgument): sync.mode async and sync.every > 1 (method 6).
+// Data: data::EpochIndices(n, rank, workers, epoch, seed); step s of an epoch trains on the
+//   shard's indices [s*b, (s+1)*b) (the last batch may be short, equally on every rank).
+//   cifar10 batches get AugmentCifar; other datasets are not augmented.
+// Run directory (run_dir non-empty): appends to run_dir/metrics.jsonl one line per step
+//   {rank, step, loss, bytes_up, bytes_down, compute_ms, encode_ms, decode_ms, network_ms,
+//   wait_ms} and one per epoch {rank, epoch, train_acc, test_acc, epoch_s}; rank 0 writes
+//   run_dir/summary.json at the end (DESIGN.md field names; method = config name).
+// Thread-safety: one thread per Trainer. Several Trainers may run in one process (tests);
+//   model construction is serialised because it seeds torch's global generator.
+#include <torch/optim/optimizer.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "worker/data/dataset.h"
+#include "worker/models/net.h"
+
+namespace gradpress::worker {
+
+class PsClient;
+
+struct TrainerOptions {
+  Config config;
+  int rank = 0;
+  int workers = 1;
+  std::string server;   // host:port; "" = config.cluster.server
+  std::string run_dir;  // "" = no files
+  uint64_t incarnation = 1;
+  int64_t max_steps = 0;  // > 0: stop after this many steps in all (then evaluate); 0 = epochs
+};
+
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0;  // this worker's batch mean, before the update
+  uint64_t bytes_up = 0, bytes_down = 0;
+  double compute_ms = 0;  // forward + backward + local optimizer step
+  double encode_ms = 0, decode_ms = 0, network_ms = 0, wait_ms = 0;
+  double step_ms = 0;   // wall time of the whole step
+  int64_t correct = 0;  // correct predictions in the batch (train accuracy)
+};
+
+struct EpochMetrics {
+  int64_t epoch = 0;
+  double train_acc = 0, test_acc = 0, epoch_s = 0;
+};
+
+struct TrainSummary {
+  int64_t steps = 0, epochs = 0;  // epochs started
+  double test_acc = 0;            // last evaluation, 0..1
+  double bytes_up_per_step = 0, bytes_down_per_step = 0;
+  double ratio_up = 0, ratio_down = 0;  // dense float32 bytes / payload bytes
+  double step_ms = 0, compute_ms = 0, encode_ms = 0, network_ms = 0, decode_ms = 0,
+         wait_ms = 0;  // means per step
+  double wall_s = 0;
+  std::vector<EpochMetrics> epoch_metrics;
+};
+
+class Trainer {
+ public:
+  explicit Trainer(TrainerOptions options);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Register + InitOrPull; on a fresh start (server step 0) then waits until all `workers`
+  // have registered, since the server's barrier counts registered workers only. Run calls it.
+  void Connect();
+  // One training step on a batch (images [B, C, H, W], labels [B]); the step index is
+  // step() before the call. Requires Connect().
+  StepMetrics Step(const torch::Tensor& images, const torch::Tensor& labels);
+  // Test-set accuracy (0..1) in eval mode; leaves the model in train mode.
+  double Evaluate();
+  TrainSummary Run();
+
+  int64_t step() const { return step_; }
+  models::Net& model() { return *model_; }
+  std::vector<torch::Tensor> Parameters() const;  // detached aliases, model order
+  const data::DatasetPair& data() const { return data_; }
+  const TrainerOptions& options() const { return opt_; }
+
+ private:
+  void WaitForWorkers();
+  void ApplyLr(double lr);
+  void AppendLine(const std::string& line);
+  void WriteSummary(const TrainSummary& s) const;
+
+  TrainerOptions opt_;
+  torch::Device device_;
+  data::DatasetPair data_;
+  std::shared_ptr<models::Net> model_;
+  std::vector<torch::Tensor> params_;  // the model's parameters (leaves)
+  std::unique_ptr<PsClient> client_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;  // exchange=gradients only
+  std::vector<torch::Tensor> received_;
+  bool exchange_weights_ = false;
+  bool connected_ = false;
+  int64_t step_ = 0;
+  int64_t dense_bytes_ = 0;
+};
+
+}  // namespace gradpress::worker
