@@ -1,9 +1,112 @@
 #!/usr/bin/env bash
-# The main job: a local cluster (one server, two workers) training LeNet on Fashion-MNIST
-# with method 5 against method 1. The server and worker daemons are not built yet
-# (issues 3 and 4); until then this says so and exits non-zero.
+# The main job: one gradpress-server and N gradpress-worker processes on this machine, one
+# run per config, then a table per run.
+#
+#   scripts/run.sh                                   # LeNet / Fashion-MNIST, method 1 vs method 5
+#   scripts/run.sh configs/lenet_fmnist_m3.yaml --set train.epochs=2 --workers 2
+#
+# Each run writes runs/<name>/<timestamp>/: config.yaml, server.log, worker-<rank>.log,
+# metrics.jsonl, summary.json. Ctrl-C stops every process of the run. Builds if needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-echo "run.sh: gradpress-server and gradpress-worker are not built yet (training lands with the" >&2
-echo "        worker issue). What runs today: scripts/test.sh and build/bench/gradpress-bench codecs." >&2
-exit 1
+
+configs=()
+sets=()
+workers=2
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --set) sets+=(--set "$2"); shift 2 ;;
+    --set=*) sets+=(--set "${1#--set=}"); shift ;;
+    --workers) workers=$2; shift 2 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -*) echo "run.sh: unknown option '$1'" >&2; exit 2 ;;
+    *) [[ -f "$1" ]] || { echo "run.sh: no config file '$1'" >&2; exit 2; }
+       configs+=("$1"); shift ;;
+  esac
+done
+[[ ${#configs[@]} -gt 0 ]] || configs=(configs/lenet_fmnist_m1.yaml configs/lenet_fmnist_m5.yaml)
+[[ "$workers" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --workers takes a positive integer" >&2; exit 2; }
+
+BUILD_DIR=${BUILD_DIR:-build}
+server_bin=$BUILD_DIR/server/gradpress-server
+worker_bin=$BUILD_DIR/worker/gradpress-worker
+bash scripts/setup.sh >/dev/null
+launcher=()
+command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" >/dev/null
+fi
+echo "run.sh: building gradpress-server and gradpress-worker (first time: several minutes)"
+cmake --build "$BUILD_DIR" -j "${JOBS:-2}" --target gradpress-server gradpress-worker >/dev/null
+
+pids=()
+stop_all() {
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  pids=()
+}
+trap 'echo; echo "run.sh: interrupted, stopping"; stop_all; exit 130' INT TERM
+trap stop_all EXIT
+
+# Reads one numeric or string field from a flat JSON file.
+field() { sed -n "s/.*\"$2\"[[:space:]]*:[[:space:]]*\"\{0,1\}\([^,\"}]*\).*/\1/p" "$1" | head -1; }
+
+run_dirs=()
+for cfg in "${configs[@]}"; do
+  name=$(sed -n 's/^name:[[:space:]]*\([^[:space:]#]*\).*/\1/p' "$cfg" | head -1)
+  run_dir=runs/${name:-run}/$(date +%Y%m%d-%H%M%S)
+  mkdir -p "$run_dir"
+  echo "== $cfg -> $run_dir ($workers workers)"
+  "$server_bin" --config "$cfg" "${sets[@]}" --listen 127.0.0.1:0 --workers "$workers" \
+    --log-file "$run_dir/server.log" >"$run_dir/server.out" 2>&1 &
+  server_pid=$!
+  pids+=("$server_pid")
+  port=""
+  for _ in $(seq 300); do
+    port=$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$run_dir/server.out" | head -1)
+    [[ -n "$port" ]] && break
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  [[ -n "$port" ]] || { cat "$run_dir/server.out" >&2; echo "run.sh: server did not start" >&2; exit 1; }
+  worker_pids=()
+  for ((r = 0; r < workers; r++)); do
+    "$worker_bin" --config "$cfg" "${sets[@]}" --rank "$r" --workers "$workers" \
+      --server "127.0.0.1:$port" --run-dir "$run_dir" >"$run_dir/worker-$r.log" 2>&1 &
+    worker_pids+=($!)
+    pids+=($!)
+  done
+  last=""
+  while kill -0 "${worker_pids[0]}" 2>/dev/null; do
+    line=$(grep -E "epoch|step" "$run_dir/worker-0.log" 2>/dev/null | tail -n 1 || true)
+    [[ -n "$line" && "$line" != "$last" ]] && echo "  $line" && last=$line
+    sleep 2
+  done
+  failed=0
+  for ((r = 0; r < workers; r++)); do
+    rc=0; wait "${worker_pids[$r]}" || rc=$?
+    if [[ $rc -ne 0 ]]; then
+      failed=1
+      echo "run.sh: worker $r exited $rc; last lines of $run_dir/worker-$r.log:" >&2
+      tail -n 5 "$run_dir/worker-$r.log" >&2
+    fi
+  done
+  kill -TERM "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+  pids=()
+  [[ $failed -eq 0 ]] || exit 1
+  run_dirs+=("$run_dir")
+done
+
+printf '\n%-24s %8s %13s %13s %9s %9s %8s %8s %8s %8s %8s %8s\n' run test_acc \
+  "bytes_up/st" "bytes_dn/st" ratio_up ratio_dn step_ms compute encode network decode wait
+for d in "${run_dirs[@]}"; do
+  s=$d/summary.json
+  [[ -f "$s" ]] || { echo "run.sh: $s missing" >&2; continue; }
+  printf '%-24s %8.4f %13.0f %13.0f %9.1f %9.1f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n' \
+    "$(field "$s" name)" "$(field "$s" test_acc)" "$(field "$s" bytes_up_per_step)" \
+    "$(field "$s" bytes_down_per_step)" "$(field "$s" ratio_up)" "$(field "$s" ratio_down)" \
+    "$(field "$s" step_ms)" "$(field "$s" compute_ms)" "$(field "$s" encode_ms)" \
+    "$(field "$s" network_ms)" "$(field "$s" decode_ms)" "$(field "$s" wait_ms)"
+done
+echo "(times in ms per step; bytes are payload bytes per worker per step; plots: scripts/plot.sh ${run_dirs[*]})"

@@ -249,6 +249,8 @@ TrainSummary Trainer::Run() {
 
   TrainSummary s;
   double sum_up = 0, sum_down = 0;
+  Timer since_log;
+  int64_t log_images = 0;
   int64_t done = 0;
   // Resume position: a worker that joined late starts at the server's step.
   for (int64_t epoch = step_ / steps_per_epoch; epoch < c.train.epochs; ++epoch) {
@@ -290,9 +292,18 @@ TrainSummary Trainer::Run() {
                      .Num("network_ms", m.network_ms)
                      .Num("wait_ms", m.wait_ms)
                      .Done());
-      if (c.train.log_every > 0 && m.step % c.train.log_every == 0)
-        spdlog::info("worker-{} step {} loss {:.4f} up {} B down {} B", opt_.rank, m.step, m.loss,
-                     m.bytes_up, m.bytes_down);
+      log_images += b.size();
+      if (c.train.log_every > 0 && m.step % c.train.log_every == 0) {
+        spdlog::info(
+            "worker-{} epoch {} step {} loss {:.4f} {:.0f} images/s up {} B down {} B per step "
+            "ratio {:.1f}/{:.1f}",
+            opt_.rank, epoch, m.step, m.loss,
+            log_images / std::max(1e-9, since_log.ElapsedSeconds()), m.bytes_up, m.bytes_down,
+            m.bytes_up ? static_cast<double>(dense_bytes_) / m.bytes_up : 0.0,
+            m.bytes_down ? static_cast<double>(dense_bytes_) / m.bytes_down : 0.0);
+        since_log.Restart();
+        log_images = 0;
+      }
     }
     if (seen == 0 && stop) break;
     EpochMetrics em;
@@ -306,6 +317,8 @@ TrainSummary Trainer::Run() {
     AppendLine(JsonLine()
                    .Int("rank", opt_.rank)
                    .Int("epoch", em.epoch)
+                   .Int("step", step_)
+                   .Num("bytes_total", sum_up + sum_down)  // this worker's, cumulative
                    .Num("train_acc", em.train_acc)
                    .Num("test_acc", em.test_acc)
                    .Num("epoch_s", em.epoch_s)

@@ -131,6 +131,7 @@ TEST_CASE("configs/lenet_fmnist_m1..m6 load and describe the survey's six method
   design.name = m5.name;  // the file is the design's example, trained for 10 epochs
   design.train.epochs = m5.train.epochs;
   design.train.lr_schedule = m5.train.lr_schedule;
+  design.compress.min_numel = 100;  // LeNet's small weight tensors travel compressed too
   CHECK(m5 == design);
   CHECK(m5.push.then->codec == "qsgd");
   CHECK(load(1).sync.exchange == "weights");

@@ -1,0 +1,80 @@
+// gradpress-worker: one training process of a gradpress job.
+//
+//   gradpress-worker --config configs/lenet_fmnist_m5.yaml --rank 0 --workers 2 \
+//       --server 127.0.0.1:50051 --run-dir runs/x/20261122-1200 --set train.epochs=1
+//
+// Parse CLI -> load config (file + --set overrides) -> resolve identity (flags, then RANK /
+// SLURM_PROCID, WORLD_SIZE / SLURM_NTASKS, GRADPRESS_SERVER) -> Trainer::Run. Writes the
+// resolved config to <run-dir>/config.yaml (rank 0). Exit 0 on success, 2 on a bad config or
+// flag (with the reason), 1 on a failure while training.
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <optional>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "common/huge_pages.h"
+#include "common/logging.h"
+#include "worker/trainer.h"
+
+int main(int argc, char** argv) {
+  gradpress::UseHugePagesForLargeBuffers(argv);
+  CLI::App app{"gradpress-worker: one worker of a gradpress training job"};
+  std::string config_path, run_dir, log_level = "info";
+  std::optional<int> rank, workers;
+  std::optional<std::string> server;
+  std::vector<std::string> overrides;
+  bool print_config = false;
+  int64_t max_steps = 0;
+  uint64_t incarnation = 1;
+  app.add_option("--config", config_path, "experiment YAML")->required();
+  app.add_option("--rank", rank, "0-based rank (else $RANK, $SLURM_PROCID, 0)");
+  app.add_option("--workers", workers, "world size (else $WORLD_SIZE, $SLURM_NTASKS, config)");
+  app.add_option("--server", server, "host:port (else $GRADPRESS_SERVER, cluster.server)");
+  app.add_option("--set", overrides, "override a config key, e.g. --set train.lr=0.05");
+  app.add_option("--run-dir", run_dir, "where metrics.jsonl and summary.json go");
+  app.add_option("--max-steps", max_steps, "stop after this many steps (0: all epochs)");
+  app.add_option("--incarnation", incarnation, "raise on every restart of this worker");
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
+  app.add_flag("--print-config", print_config, "print the resolved config and exit");
+  CLI11_PARSE(app, argc, argv);
+  gradpress::Config config;
+  gradpress::Identity id;
+  try {
+    config = gradpress::LoadConfig(config_path, overrides);
+    if (print_config) {
+      std::cout << gradpress::ToYaml(config);
+      return 0;
+    }
+    id = gradpress::ResolveIdentity(rank, workers, server, config);
+    config.cluster.workers = id.workers;  // the job's world size, as the server expects it
+    // Logs go to stderr; scripts/run.sh captures them as <run-dir>/worker-<rank>.log.
+    gradpress::SetupLogging(log_level, "", "worker-" + std::to_string(id.rank));
+    if (!run_dir.empty() && id.rank == 0)
+      gradpress::WriteResolvedConfig(config, run_dir + "/config.yaml");
+  } catch (const gradpress::Error& e) {
+    std::cerr << "gradpress-worker: " << e.what() << std::endl;
+    return 2;
+  }
+  try {
+    gradpress::worker::TrainerOptions o;
+    o.config = config;
+    o.rank = id.rank;
+    o.workers = id.workers;
+    o.server = id.server;
+    o.run_dir = run_dir;
+    o.incarnation = incarnation;
+    o.max_steps = max_steps;
+    const auto s = gradpress::worker::Trainer(o).Run();
+    spdlog::info("done: {} steps, test_acc {:.4f}, {:.0f} B up / {:.0f} B down per step, {:.2f} "
+                 "ms per step, {:.1f} s",
+                 s.steps, s.test_acc, s.bytes_up_per_step, s.bytes_down_per_step, s.step_ms,
+                 s.wall_s);
+    return 0;
+  } catch (const std::exception& e) {
+    spdlog::error("training failed: {}", e.what());
+    return 1;
+  }
+}
