@@ -68,10 +68,10 @@ int main(int argc, char** argv) {
     o.incarnation = incarnation;
     o.max_steps = max_steps;
     const auto s = gradpress::worker::Trainer(o).Run();
-    spdlog::info("done: {} steps, test_acc {:.4f}, {:.0f} B up / {:.0f} B down per step, {:.2f} "
-                 "ms per step, {:.1f} s",
-                 s.steps, s.test_acc, s.bytes_up_per_step, s.bytes_down_per_step, s.step_ms,
-                 s.wall_s);
+    spdlog::info(
+        "done: {} steps, test_acc {:.4f}, {:.0f} B up / {:.0f} B down per step, {:.2f} "
+        "ms per step, {:.1f} s",
+        s.steps, s.test_acc, s.bytes_up_per_step, s.bytes_down_per_step, s.step_ms, s.wall_s);
     return 0;
   } catch (const std::exception& e) {
     spdlog::error("training failed: {}", e.what());
