@@ -105,10 +105,11 @@ grpc::Status ParameterService::InitWeights(grpc::ServerContext*,
   }
 }
 
-grpc::Status ParameterService::PullWeights(grpc::ServerContext*, const proto::PullRequest* req,
+grpc::Status ParameterService::PullWeights(grpc::ServerContext* ctx, const proto::PullRequest* req,
                                            grpc::ServerWriter<proto::PullMessage>* writer) {
   try {
-    auto r = store_->Weights(Id(req->worker_id(), req->incarnation()));
+    auto r = store_->Weights(Id(req->worker_id(), req->incarnation()),
+                             std::max<int64_t>(0, req->step()), Deadline(ctx));
     WriteResult(writer, *r, 0, 0, store_);
     return grpc::Status::OK;
   } catch (...) {
@@ -180,6 +181,33 @@ grpc::Status ParameterService::Stats(grpc::ServerContext*, const proto::StatsReq
     for (const auto& [reason, n] : s.rejected) (*reply->mutable_rejected())[reason] = n;
     reply->set_mean_step_server_ms(s.mean_server_ms);
     reply->set_prometheus(s.Prometheus());
+    return grpc::Status::OK;
+  } catch (...) {
+    return ToStatus(std::current_exception());
+  }
+}
+
+grpc::Status ParameterService::Elect(grpc::ServerContext* ctx, const proto::ElectRequest* req,
+                                     proto::ElectReply* reply) {
+  try {
+    const auto [rank, score] = store_->Elect(Id(req->worker_id(), req->incarnation()), req->round(),
+                                             req->score(), Deadline(ctx));
+    reply->set_best_rank(rank);
+    reply->set_best_score(score);
+    return grpc::Status::OK;
+  } catch (...) {
+    return ToStatus(std::current_exception());
+  }
+}
+
+grpc::Status ParameterService::PublishWeights(grpc::ServerContext*,
+                                              grpc::ServerReader<proto::PushMessage>* reader,
+                                              proto::InitReply* reply) {
+  try {
+    ReceivedPush push = ReadPush(reader, store_->model());
+    store_->PublishWeights(Id(push.header.worker_id(), push.header.incarnation()),
+                           push.header.step(), push.payloads);
+    reply->set_accepted(true);
     return grpc::Status::OK;
   } catch (...) {
     return ToStatus(std::current_exception());

@@ -36,6 +36,11 @@ class ParameterService final : public proto::ParameterServer::Service {
                          proto::HeartbeatReply* reply) override;
   grpc::Status Stats(grpc::ServerContext* ctx, const proto::StatsRequest* req,
                      proto::StatsReply* reply) override;
+  grpc::Status Elect(grpc::ServerContext* ctx, const proto::ElectRequest* req,
+                     proto::ElectReply* reply) override;
+  grpc::Status PublishWeights(grpc::ServerContext* ctx,
+                              grpc::ServerReader<proto::PushMessage>* reader,
+                              proto::InitReply* reply) override;
 
  private:
   Clock::time_point Deadline(const grpc::ServerContext* ctx) const;

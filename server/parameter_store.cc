@@ -164,13 +164,6 @@ bool ParameterStore::InitWeights(const WorkerId& w, const std::vector<KeyPayload
   return true;
 }
 
-std::shared_ptr<const StepResult> ParameterStore::Weights(const WorkerId& w) {
-  std::lock_guard<std::mutex> lock(mu_);
-  CheckWorker(w);
-  GP_ENFORCE_AS(FailedPrecondition, initialized_, "the server has no weights yet");
-  return Encode(step_, /*weights=*/true, /*lossless=*/true);
-}
-
 const Compressor& ParameterStore::Decoder(const std::string& codec) {
   std::lock_guard<std::mutex> lock(decoders_mu_);
   auto& d = decoders_[codec];

@@ -104,8 +104,16 @@ class ParameterStore {
                           const std::string& config_hash);
   // Returns true if these became the server's weights (the first call wins).
   bool InitWeights(const WorkerId& w, const std::vector<KeyPayload>& weights);
-  // The server's current weights, lossless ("none" codec).
-  std::shared_ptr<const StepResult> Weights(const WorkerId& w);
+  // The server's current weights, lossless ("none" codec), once their version (0 at init,
+  // round + 1 after PublishWeights of that round) is at least min_version.
+  std::shared_ptr<const StepResult> Weights(const WorkerId& w, int64_t min_version = 0,
+                                            Clock::time_point deadline = Clock::now());
+  // Method 6: waits until every live worker voted in `round`; returns the best rank
+  // (highest score, ties to the lowest rank) and its score.
+  std::pair<int, double> Elect(const WorkerId& w, int64_t round, double score,
+                               Clock::time_point deadline);
+  // The elected worker of `round` replaces the weights (FailedPrecondition for anyone else).
+  void PublishWeights(const WorkerId& w, int64_t round, const std::vector<KeyPayload>& weights);
 
   // Sync: applies the push to `step` and waits (until `deadline`) for the step's result.
   // Async: applies it (base_step = the step of the weights it was computed on) and returns
@@ -161,7 +169,8 @@ class ParameterStore {
   static constexpr int64_t kBlock = 1 << 20;
   std::vector<Item> Items(const std::vector<const compressors::Payload*>& ordered) const;
   void Accumulate(const std::vector<const compressors::Payload*>& ordered);
-  void MaybeFinalize();                                                                 // mu_ held
+  void MaybeFinalize();  // mu_ held
+  void MaybeElect();     // mu_ held: completes the elections every live worker voted in
   std::shared_ptr<const StepResult> Encode(int64_t step, bool weights, bool lossless);  // mu_ held
   PushPullResult AsyncPush(const WorkerId& w, int64_t step, int64_t base_step,
                            const std::vector<const compressors::Payload*>& ordered);
@@ -190,6 +199,13 @@ class ParameterStore {
   double open_step_apply_ms_ = 0;
   std::deque<std::shared_ptr<const StepResult>> results_;  // newest last, a few kept
   std::shared_ptr<const StepResult> weights_result_;       // async cache, by step_
+  struct Election {
+    std::map<std::string, double> scores;  // by worker name
+    int best_rank = -1;                    // set once every live worker voted
+    double best_score = 0;
+  };
+  std::map<int64_t, Election> elections_;  // by round; the last few kept
+  int64_t weights_version_ = 0;            // 0 at init, round + 1 after PublishWeights
   StoreStats stats_;
   double total_server_ms_ = 0;
   std::mutex decoders_mu_;

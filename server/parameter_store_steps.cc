@@ -244,6 +244,7 @@ void ParameterStore::CheckTimeouts() {
     }
   }
   MaybeFinalize();  // a drop, or the registration grace ending, may complete the open step
+  MaybeElect();
 }
 
 void ParameterStore::Shutdown() {

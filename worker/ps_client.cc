@@ -205,30 +205,56 @@ double DecodeInto(PsClient::Impl& impl, const std::vector<KeyPayload>& got,
   return t.ElapsedMs();
 }
 
-bool PsClient::InitOrPull(std::vector<torch::Tensor>* params) {
-  CheckTensors(impl_->model, *params, "InitOrPull");
-  std::vector<KeyPayload> init;
-  for (size_t i = 0; i < params->size(); ++i) {
-    const torch::Tensor& t = (*params)[i];
+namespace {
+// Lossless ("none") payloads of the caller's tensors, for initial or published weights.
+std::vector<KeyPayload> WeightPayloads(const PsClient::Impl& impl,
+                                       const std::vector<torch::Tensor>& params) {
+  std::vector<KeyPayload> out;
+  for (size_t i = 0; i < params.size(); ++i) {
     compressors::Payload p;
     p.codec = "none";
-    p.shape = t.sizes().vec();
-    p.bytes = TensorToBytes(t.to(torch::kFloat32));
-    init.push_back({impl_->model[i].key, std::move(p)});
+    p.shape = params[i].sizes().vec();
+    p.bytes = TensorToBytes(params[i].to(torch::kFloat32));
+    out.push_back({impl.model[i].key, std::move(p)});
   }
-  const bool accepted = WithRetry(opt_, "InitWeights", [&](grpc::ClientContext* ctx) {
+  return out;
+}
+}  // namespace
+
+// Streams lossless weights through InitWeights or PublishWeights; returns `accepted`.
+bool PsClient::UploadWeights(bool publish, int64_t round,
+                             const std::vector<torch::Tensor>& params) {
+  CheckTensors(impl_->model, params, publish ? "PublishWeights" : "InitWeights");
+  const std::vector<KeyPayload> payloads = WeightPayloads(*impl_, params);
+  return WithRetry(opt_, publish ? "PublishWeights" : "InitWeights", [&](grpc::ClientContext* ctx) {
     proto::InitReply reply;
-    auto writer = impl_->stub->InitWeights(ctx, &reply);
+    auto writer =
+        publish ? impl_->stub->PublishWeights(ctx, &reply) : impl_->stub->InitWeights(ctx, &reply);
     proto::PushMessage header;
-    FillHeader(opt_, 0, 0, &header);
-    if (writer->Write(header)) WritePayloads(writer.get(), init);
+    FillHeader(opt_, round, 0, &header);
+    if (writer->Write(header)) WritePayloads(writer.get(), payloads);
     writer->WritesDone();
-    transport::ThrowIfError(writer->Finish(), "InitWeights");
+    transport::ThrowIfError(writer->Finish(), publish ? "PublishWeights" : "InitWeights");
     return reply.accepted();
   });
+}
+
+bool PsClient::InitOrPull(std::vector<torch::Tensor>* params) {
+  const bool accepted = UploadWeights(/*publish=*/false, 0, *params);
+  PullWeights(params, 0);
+  return accepted;
+}
+
+void PsClient::PublishWeights(int64_t round, const std::vector<torch::Tensor>& params) {
+  UploadWeights(/*publish=*/true, round, params);
+}
+
+void PsClient::PullWeights(std::vector<torch::Tensor>* params, int64_t min_version) {
+  CheckTensors(impl_->model, *params, "PullWeights");
   proto::PullRequest req;
   req.set_worker_id(opt_.worker_id);
   req.set_incarnation(opt_.incarnation);
+  req.set_step(min_version);
   std::vector<KeyPayload> got = WithRetry(opt_, "PullWeights", [&](grpc::ClientContext* ctx) {
     auto reader = impl_->stub->PullWeights(ctx, req);
     proto::PullHeader header;
@@ -238,7 +264,20 @@ bool PsClient::InitOrPull(std::vector<torch::Tensor>* params) {
   });
   uint64_t bytes = 0;
   DecodeInto(*impl_, got, params, &bytes);
-  return accepted;
+}
+
+std::pair<int, double> PsClient::Elect(int64_t round, double score) {
+  proto::ElectRequest req;
+  req.set_worker_id(opt_.worker_id);
+  req.set_incarnation(opt_.incarnation);
+  req.set_round(round);
+  req.set_score(score);
+  const proto::ElectReply r = WithRetry(opt_, "Elect", [&](grpc::ClientContext* ctx) {
+    proto::ElectReply reply;
+    transport::ThrowIfError(impl_->stub->Elect(ctx, req, &reply), "Elect");
+    return reply;
+  });
+  return {r.best_rank(), r.best_score()};
 }
 
 namespace {

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compressors/compressor.h"
@@ -83,6 +84,12 @@ class PsClient {
   // Sync: waits for `step`'s result (-1: the newest completed). Async: current weights.
   StepStats Pull(std::vector<torch::Tensor>* out, int64_t step = -1);
   int64_t Heartbeat();
+  // Method 6's per-epoch rule: every worker votes its score in `round`; all learn the best
+  // rank (and score). The winner then PublishWeights; the others PullWeights(round + 1).
+  std::pair<int, double> Elect(int64_t round, double score);
+  void PublishWeights(int64_t round, const std::vector<torch::Tensor>& params);
+  // The server's weights into `params`, once their version is at least min_version.
+  void PullWeights(std::vector<torch::Tensor>* params, int64_t min_version = 0);
   // The server's counters in Prometheus text format.
   std::string StatsText();
 
@@ -90,6 +97,7 @@ class PsClient {
   struct Impl;  // stub, per-key codecs, decoders (ps_client.cc)
 
  private:
+  bool UploadWeights(bool publish, int64_t round, const std::vector<torch::Tensor>& params);
   ClientOptions opt_;
   std::unique_ptr<Impl> impl_;
 };

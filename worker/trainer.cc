@@ -84,8 +84,8 @@ Trainer::Trainer(TrainerOptions options)
              " outside [0, ", opt_.workers, ")");
   GP_ENFORCE(c.sync.mode == "sync", "sync.mode '", c.sync.mode,
              "' is not supported by the trainer yet");
-  GP_ENFORCE(c.sync.every == 1, "sync.every ", c.sync.every,
-             " (method 6) is not supported by the trainer yet");
+  GP_ENFORCE(c.sync.every == 1 || c.sync.exchange == "gradients", "sync.every ", c.sync.every,
+             " (method 6) needs sync.exchange: gradients");
   GP_ENFORCE(c.sync.exchange == "gradients" || c.sync.exchange == "weights", "sync.exchange: '",
              c.sync.exchange, "' is not one of gradients, weights");
   GP_ENFORCE(c.train.batch_size >= 1, "train.batch_size must be >= 1");
@@ -140,30 +140,16 @@ void Trainer::Connect() {
   for (const auto& item : model_->named_parameters())
     specs.push_back({item.key(), item.value().sizes().vec()});
   RegisterInfo info = client_->Register(specs);
+  server_rank_ = info.rank;  // the server's numbering (registration order), used by Elect
   std::vector<torch::Tensor> weights = Parameters();  // aliases: InitOrPull writes into them
   client_->InitOrPull(&weights);
-  // A rejoining worker (server already past step 0) continues at the server's step.
-  step_ = info.server_step;
-  if (step_ == 0) WaitForWorkers();
+  // A rejoining worker (server already past step 0) continues at the server's step (for
+  // method 6 the server counts syncs, every sync.every local steps).
+  sync_round_ = info.server_step;
+  step_ = sync_round_ * opt_.config.sync.every;
+  anchor_.clear();
+  for (const auto& p : params_) anchor_.push_back(p.detach().clone());
   connected_ = true;
-}
-
-// The server's sync barrier counts registered workers only: a worker that pushed step 0
-// before the others registered would complete it alone. So a fresh start waits until all
-// `workers` are live (the server's gradpress_live_workers counter).
-void Trainer::WaitForWorkers() {
-  Timer waited;
-  const std::string key = "gradpress_live_workers ";
-  while (true) {
-    const std::string text = client_->StatsText();
-    const size_t at = text.find("\n" + key);
-    if (at != std::string::npos && std::stoll(text.substr(at + 1 + key.size())) >= opt_.workers)
-      return;
-    GP_ENFORCE_AS(Unavailable, waited.ElapsedSeconds() < opt_.config.server.deadline_s, "worker-",
-                  opt_.rank, ": not all ", opt_.workers, " workers registered within ",
-                  opt_.config.server.deadline_s, " s");
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
 }
 
 void Trainer::ApplyLr(double lr) {
@@ -192,7 +178,12 @@ StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labe
   m.compute_ms = t.ElapsedMs();
 
   StepStats st;
-  if (exchange_weights_) {
+  if (periodic()) {
+    t.Restart();
+    optimizer_->step();  // the worker's own gradient; the update is pushed at the next sync
+    m.compute_ms += t.ElapsedMs();
+    if (++since_sync_ == opt_.config.sync.every) st = Sync();
+  } else if (exchange_weights_) {
     std::vector<torch::Tensor> weights = Parameters();
     st = client_->PushPull(step_, grads, &weights);
   } else {
@@ -309,7 +300,7 @@ TrainSummary Trainer::Run() {
     EpochMetrics em;
     em.epoch = epoch;
     em.train_acc = seen > 0 ? static_cast<double>(correct) / seen : 0.0;
-    em.test_acc = Evaluate();
+    em.test_acc = periodic() ? EndEpochPeriodic(epoch, &sum_up, &sum_down) : Evaluate();
     em.epoch_s = epoch_timer.ElapsedSeconds();
     s.epoch_metrics.push_back(em);
     s.test_acc = em.test_acc;

@@ -16,7 +16,7 @@
 //   (lr_schedule.h) by fractional epoch.
 // exchange=weights (methods 1-2): the server steps SGD and returns weights, copied into the
 //   parameters. Limitation: the server's lr is constant (train.lr); lr_schedule is ignored.
-// Not yet supported (InvalidArgument): sync.mode async and sync.every > 1 (method 6).
+// Not yet supported (InvalidArgument): sync.mode async.
 // Data: data::EpochIndices(n, rank, workers, epoch, seed); step s of an epoch trains on the
 //   shard's indices [s*b, (s+1)*b) (the last batch may be short, equally on every rank).
 //   cifar10 batches get AugmentCifar; other datasets are not augmented.
@@ -37,10 +37,9 @@
 #include "common/config.h"
 #include "worker/data/dataset.h"
 #include "worker/models/net.h"
+#include "worker/ps_client.h"
 
 namespace gradpress::worker {
-
-class PsClient;
 
 struct TrainerOptions {
   Config config;
@@ -102,7 +101,15 @@ class Trainer {
   const TrainerOptions& options() const { return opt_; }
 
  private:
-  void WaitForWorkers();
+  // Method 6 (sync.every > 1, trainer_periodic.cc): local steps on the worker's own
+  // gradients; every sync.every steps the update since the last sync (anchor - weights) is
+  // averaged through the server and applied to the anchor by every worker alike. Each epoch
+  // ends with the survey's rule (model_selection best: every worker adopts the weights of the
+  // worker with the best test accuracy, via Elect + PublishWeights/PullWeights) or with a
+  // final averaging sync (average). Returns the epoch's test accuracy.
+  bool periodic() const { return opt_.config.sync.every > 1; }
+  StepStats Sync();
+  double EndEpochPeriodic(int64_t epoch, double* bytes_up, double* bytes_down);
   void ApplyLr(double lr);
   void AppendLine(const std::string& line);
   void WriteSummary(const TrainSummary& s) const;
@@ -118,6 +125,10 @@ class Trainer {
   bool exchange_weights_ = false;
   bool connected_ = false;
   int64_t step_ = 0;
+  int server_rank_ = 0;                // rank the server assigned (Elect answers in these)
+  int64_t sync_round_ = 0;             // method 6: syncs done (the server's step)
+  int64_t since_sync_ = 0;             // method 6: local steps since the last sync
+  std::vector<torch::Tensor> anchor_;  // method 6: weights at the last sync
   int64_t dense_bytes_ = 0;
 };
 

@@ -235,6 +235,33 @@ TEST_CASE("step 0 waits for every expected worker to register", "[server]") {
   CHECK(out[0].eq(3.f).all().item<bool>());
 }
 
+TEST_CASE("elect the best worker, who publishes the weights everyone pulls", "[server]") {
+  Cluster c(Options(3));
+  const auto specs = Specs({{50}});
+  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  for (int w = 0; w < 3; ++w) {  // in order: worker w gets rank w
+    clients.push_back(std::make_unique<worker::PsClient>(c.Client(w)));
+    CHECK(clients[w]->Register(specs).rank == w);
+  }
+  Cluster::Parallel(3, [&](int w) {
+    auto params = Zeros(specs);
+    clients[w]->InitOrPull(&params);
+    const double score[3] = {0.5, 0.9, 0.9};  // a tie goes to the lower rank: 1
+    const auto [best, best_score] = clients[w]->Elect(/*round=*/0, score[w]);
+    CHECK(best == 1);
+    CHECK(best_score == 0.9);
+    std::vector<torch::Tensor> mine = {torch::full({50}, static_cast<float>(w))};
+    if (w == best) {
+      clients[w]->PublishWeights(0, mine);
+    } else {
+      CHECK_THROWS_WITH(clients[w]->PublishWeights(0, mine), Catch::Contains("was not elected"));
+    }
+    auto got = Zeros(specs);
+    clients[w]->PullWeights(&got, /*min_version=*/1);  // waits for the publication
+    CHECK(got[0].eq(1.f).all().item<bool>());
+  });
+}
+
 TEST_CASE("sync Push then Pull(step) returns the step's mean", "[server]") {
   Cluster c(Options(2));
   const auto specs = Specs({{5000}});

@@ -44,18 +44,22 @@ TEST_CASE("Fashion-MNIST: method 1 >= 80%, method 5 within 3 points with 50x few
   CHECK(s[1].bytes_down_per_step >= 50 * s[5].bytes_down_per_step);
 }
 
-TEST_CASE("Fashion-MNIST: methods 2, 3 and 4 run and report their bytes", "[e2e][slow]") {
-  for (int m : {2, 3, 4}) {
+TEST_CASE("Fashion-MNIST: methods 2, 3, 4 and 6 run and report their bytes", "[e2e][slow]") {
+  for (int m : {2, 3, 4, 6}) {
     const worker::TrainSummary s = RunMethod(m, 6000, 1);
     INFO("method " << m << " acc " << s.test_acc << " up " << s.bytes_up_per_step << " down "
                    << s.bytes_down_per_step);
     CHECK(s.steps > 0);
-    CHECK(s.test_acc > 0.2);  // learning (chance is 0.1); accuracy is not the point here
+    // Learning (chance is 0.1); accuracy is not the point here. Method 6 syncs twice in this
+    // epoch, each sync applying top-k 1% of the averaged update (the rest waits in the error
+    // feedback), so it is not asked to learn yet.
+    if (m != 6) CHECK(s.test_acc > 0.2);
     CHECK(s.bytes_up_per_step > 0);
     CHECK(s.bytes_down_per_step > 0);
     if (m == 2 || m == 4) CHECK(s.ratio_up > 5);  // QSGD push
     if (m == 4) CHECK(s.ratio_down > 5);          // QSGD pull
     if (m == 3) CHECK(s.ratio_up == Approx(1.0).epsilon(0.01));
+    if (m == 6) CHECK(s.ratio_up > 500);  // top-k+QSGD, and only every 20th step syncs
   }
 }
 
