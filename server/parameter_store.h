@@ -171,7 +171,10 @@ class ParameterStore {
   void Accumulate(const std::vector<const compressors::Payload*>& ordered);
   void MaybeFinalize();  // mu_ held
   void MaybeElect();     // mu_ held: completes the elections every live worker voted in
-  std::shared_ptr<const StepResult> Encode(int64_t step, bool weights, bool lossless);  // mu_ held
+  // A fresh result of the weights or the accumulator (mean), lossless or with the pull codec.
+  std::shared_ptr<StepResult> Encode(int64_t step, bool weights, bool lossless);  // mu_ held
+  // Async: the current weights with the pull codec, encoded once per server step.
+  std::shared_ptr<const StepResult> AsyncWeights();  // mu_ held
   PushPullResult AsyncPush(const WorkerId& w, int64_t step, int64_t base_step,
                            const std::vector<const compressors::Payload*>& ordered);
   const compressors::Compressor& Decoder(const std::string& codec);

@@ -38,7 +38,7 @@ PushPullResult ParameterStore::PushPull(const WorkerId& w, int64_t step, int64_t
       WorkerState& ws = CheckWorker(w);
       GP_ENFORCE_AS(FailedPrecondition, initialized_, "the server has no initial weights yet");
       if (opt_.async) {
-        if (step <= ws.last_step) return {Encode(step_, true, false), 0, 0, /*duplicate=*/true};
+        if (step <= ws.last_step) return {AsyncWeights(), 0, 0, /*duplicate=*/true};
         GP_ENFORCE_AS(FailedPrecondition, step_ - base_step <= opt_.max_staleness, "worker '",
                       w.name, "': push computed on step ", base_step, " is ", step_ - base_step,
                       " steps stale (max_staleness ", opt_.max_staleness, ")");
@@ -111,7 +111,7 @@ PushPullResult ParameterStore::AsyncPush(const WorkerId& w, int64_t step, int64_
   std::lock_guard<std::mutex> lock(mu_);
   in_flight_.erase(w.name);
   WorkerState& ws = workers_.at(w.name);
-  if (step <= ws.last_step) return {Encode(step_, true, false), 0, 0, true};
+  if (step <= ws.last_step) return {AsyncWeights(), 0, 0, true};
   // Re-check staleness: other pushes may have landed while this one was validated.
   if (step_ - base_step > opt_.max_staleness) {
     ++stats_.rejected["stale_or_out_of_order"];
@@ -132,7 +132,7 @@ PushPullResult ParameterStore::AsyncPush(const WorkerId& w, int64_t step, int64_
   ++step_;
   ++stats_.steps;
   total_server_ms_ += t.ElapsedMs();
-  return {Encode(step_, true, false), 0, t.ElapsedMs(), false};
+  return {AsyncWeights(), 0, t.ElapsedMs(), false};
 }
 
 void ParameterStore::MaybeFinalize() {
@@ -145,7 +145,6 @@ void ParameterStore::MaybeFinalize() {
   }
   for (const auto& [name, ws] : workers_)
     if (ws.live && !pushed_.count(name)) return;
-  if (!in_flight_.empty()) return;  // a push is still accumulating into this step
   Timer t;
   // Mean of the pushes received; exchange=weights then steps the optimizer on it.
   const float inv = 1.f / static_cast<float>(contributors_);
@@ -156,11 +155,10 @@ void ParameterStore::MaybeFinalize() {
       SgdStep(opt_.sgd, k.weights.data(), k.accum.data(), k.numel, &k.sgd);
     }
   });
-  auto result = Encode(step_, opt_.exchange_weights, false);
+  std::shared_ptr<StepResult> result = Encode(step_, opt_.exchange_weights, false);
   for (auto& k : keys_) std::fill(k->accum.begin(), k->accum.end(), 0.f);
-  auto mutable_result = std::const_pointer_cast<StepResult>(result);
-  mutable_result->contributors = contributors_;
-  mutable_result->server_ms = t.ElapsedMs() + open_step_apply_ms_ / contributors_;
+  result->contributors = contributors_;
+  result->server_ms = t.ElapsedMs() + open_step_apply_ms_ / contributors_;
   results_.push_back(result);
   while (results_.size() > 1) results_.pop_front();  // the newest only: the barrier orders steps
   total_server_ms_ += result->server_ms;
@@ -181,10 +179,13 @@ void ParameterStore::MaybeFinalize() {
   }
 }
 
-std::shared_ptr<const StepResult> ParameterStore::Encode(int64_t step, bool weights,
-                                                         bool lossless) {
-  if (!lossless && opt_.async && weights_result_ && weights_result_->step == step)
-    return weights_result_;
+std::shared_ptr<const StepResult> ParameterStore::AsyncWeights() {
+  if (!weights_result_ || weights_result_->step != step_)
+    weights_result_ = Encode(step_, true, false);
+  return weights_result_;
+}
+
+std::shared_ptr<StepResult> ParameterStore::Encode(int64_t step, bool weights, bool lossless) {
   auto r = std::make_shared<StepResult>();
   r->step = step;
   r->payloads.resize(keys_.size());
@@ -203,7 +204,6 @@ std::shared_ptr<const StepResult> ParameterStore::Encode(int64_t step, bool weig
       k.pull->EncodeTo(src, k.numel, {model_[i].key, step}, &out.payload.bytes);
     }
   });
-  if (!lossless && opt_.async) weights_result_ = r;
   return r;
 }
 
@@ -212,7 +212,7 @@ std::shared_ptr<const StepResult> ParameterStore::Pull(const WorkerId& w, int64_
   std::unique_lock<std::mutex> lock(mu_);
   CheckWorker(w);
   GP_ENFORCE_AS(FailedPrecondition, initialized_, "the server has no weights yet");
-  if (opt_.async) return Encode(step_, true, false);
+  if (opt_.async) return AsyncWeights();
   if (step < 0) {
     GP_ENFORCE_AS(FailedPrecondition, !results_.empty(), "no step has completed yet");
     return results_.back();
