@@ -94,6 +94,13 @@ std::string Compressor::EncodeBytes(const float* in, int64_t n, const StepContex
   return out;
 }
 
+void Compressor::SaveState(std::string* /*out*/) const {}
+
+void Compressor::LoadState(std::string_view in) {
+  GP_ENFORCE(in.empty(), Name(), " keeps no state, but the checkpoint holds ", in.size(),
+             " bytes of it (a different codec?)");
+}
+
 std::vector<float> Compressor::DecodeBytes(std::string_view bytes, int64_t n) const {
   std::vector<float> out(n);
   DecodeTo(bytes, n, out.data());

@@ -83,6 +83,12 @@ class Compressor {
   virtual void EncodeTo(const float* in, int64_t n, const StepContext& ctx, std::string* out) = 0;
   virtual void DecodeTo(std::string_view bytes, int64_t n, float* out) const = 0;
 
+  // Checkpoint state carried across steps (residuals, RNG streams): SaveState appends it to
+  // *out; LoadState restores it from exactly `in` (InvalidArgument on a mismatch). Stateless
+  // codecs write nothing and accept only empty state.
+  virtual void SaveState(std::string* out) const;
+  virtual void LoadState(std::string_view in);
+
   // Host-memory convenience wrappers around the kernels.
   std::string EncodeBytes(const float* in, int64_t n, const StepContext& ctx = {});
   std::vector<float> DecodeBytes(std::string_view bytes, int64_t n) const;

@@ -19,6 +19,8 @@ class DgcCompressor : public Sparsifier {
   explicit DgcCompressor(ParamReader& r);
   std::string Name() const override { return "dgc"; }
   void Select(const float* in, int64_t n, const StepContext& ctx, Selection* sel) override;
+  void SaveState(std::string* out) const override { SaveRngState(rng_, out); }
+  void LoadState(std::string_view in) override { LoadRngState(in, "dgc", &rng_); }
 
  private:
   double ratio_;

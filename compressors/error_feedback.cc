@@ -1,5 +1,8 @@
 #include "compressors/error_feedback.h"
 
+#include <cstring>
+
+#include "common/byte_io.h"
 #include "common/error.h"
 
 namespace gradpress::compressors {
@@ -23,6 +26,25 @@ void ErrorFeedback::EncodeTo(const float* in, int64_t n, const StepContext& ctx,
 
 void ErrorFeedback::DecodeTo(std::string_view bytes, int64_t n, float* out) const {
   inner_->DecodeTo(bytes, n, out);
+}
+
+void ErrorFeedback::SaveState(std::string* out) const {
+  ByteWriter w(out);
+  w.PutVarint(residual_.size());
+  w.PutBytes(residual_.data(), residual_.size() * sizeof(float));
+  inner_->SaveState(out);
+}
+
+void ErrorFeedback::LoadState(std::string_view in) {
+  ByteReader r(in, "error feedback state");
+  const uint64_t n = r.GetVarint("residual numel");
+  GP_ENFORCE(n <= in.size() / sizeof(float), "error feedback state: residual of ", n, " floats in ",
+             in.size(), " bytes");
+  std::string_view bytes = r.GetBytes(n * sizeof(float), "residual");
+  std::vector<float> residual(n);
+  if (n > 0) std::memcpy(residual.data(), bytes.data(), bytes.size());
+  inner_->LoadState(r.Rest());
+  residual_ = std::move(residual);
 }
 
 }  // namespace gradpress::compressors

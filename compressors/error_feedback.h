@@ -26,6 +26,9 @@ class ErrorFeedback : public Compressor {
   std::string Name() const override { return inner_->Name(); }
   void EncodeTo(const float* in, int64_t n, const StepContext& ctx, std::string* out) override;
   void DecodeTo(std::string_view bytes, int64_t n, float* out) const override;
+  // State: varint numel, the residual's floats, then the inner codec's state.
+  void SaveState(std::string* out) const override;
+  void LoadState(std::string_view in) override;
 
   const std::vector<float>& residual() const { return residual_; }
   // Restores a residual (checkpoints); its size fixes the numel.

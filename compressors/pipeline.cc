@@ -1,5 +1,8 @@
 #include "compressors/pipeline.h"
 
+#include "common/byte_io.h"
+#include "common/error.h"
+
 namespace gradpress::compressors {
 
 Pipeline::Pipeline(std::unique_ptr<Sparsifier> sparsifier, std::unique_ptr<Compressor> quantizer)
@@ -23,6 +26,24 @@ void Pipeline::DecodeTo(std::string_view bytes, int64_t n, float* out) const {
   std::vector<float> values(indices.size());
   quantizer_->DecodeTo(r.Rest(), static_cast<int64_t>(values.size()), values.data());
   Scatter(indices, values.data(), n, out);
+}
+
+void Pipeline::SaveState(std::string* out) const {
+  std::string first;
+  sparsifier_->SaveState(&first);
+  ByteWriter w(out);
+  w.PutVarint(first.size());
+  w.PutBytes(first.data(), first.size());
+  quantizer_->SaveState(out);
+}
+
+void Pipeline::LoadState(std::string_view in) {
+  ByteReader r(in, "pipeline state");
+  const uint64_t n = r.GetVarint("sparsifier state length");
+  GP_ENFORCE(n <= r.remaining(), "pipeline state: sparsifier state of ", n, " bytes, ",
+             r.remaining(), " left");
+  sparsifier_->LoadState(r.GetBytes(n, "sparsifier state"));
+  quantizer_->LoadState(r.Rest());
 }
 
 }  // namespace gradpress::compressors

@@ -21,6 +21,9 @@ class Pipeline : public Compressor {
   std::string Name() const override { return sparsifier_->Name() + "+" + quantizer_->Name(); }
   void EncodeTo(const float* in, int64_t n, const StepContext& ctx, std::string* out) override;
   void DecodeTo(std::string_view bytes, int64_t n, float* out) const override;
+  // State: varint length + the sparsifier's state, then the quantizer's.
+  void SaveState(std::string* out) const override;
+  void LoadState(std::string_view in) override;
 
  private:
   std::unique_ptr<Sparsifier> sparsifier_;

@@ -33,6 +33,8 @@ class QsgdCompressor : public Compressor {
   std::string Name() const override { return "qsgd"; }
   void EncodeTo(const float* in, int64_t n, const StepContext& ctx, std::string* out) override;
   void DecodeTo(std::string_view bytes, int64_t n, float* out) const override;
+  void SaveState(std::string* out) const override { SaveRngState(rng_, out); }
+  void LoadState(std::string_view in) override { LoadRngState(in, "qsgd", &rng_); }
 
   // ceil(log2(s + 1)): the fixed-width level field.
   static int LevelBits(uint32_t s);

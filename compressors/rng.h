@@ -6,7 +6,10 @@
 //
 // Thread-safety: a value; one per thread.
 #include <cstdint>
+#include <string>
 #include <string_view>
+
+#include "common/byte_io.h"
 
 namespace gradpress::compressors {
 
@@ -38,6 +41,9 @@ class Rng {
     state_ ^= state_ >> 27;
     return state_ * 0x2545F4914F6CDD1Dull;
   }
+  // The raw state, for checkpoints: set_state(state()) continues the same stream.
+  uint64_t state() const { return state_; }
+  void set_state(uint64_t s) { state_ = s != 0 ? s : 0x9E3779B97F4A7C15ull; }
   // Uniform float in [0, 1) with 24 random bits.
   float Uniform() { return static_cast<float>(Next() >> 40) * 0x1.0p-24f; }
   // Two uniforms from one draw.
@@ -54,5 +60,16 @@ class Rng {
  private:
   uint64_t state_;
 };
+
+// Checkpoint helpers for codecs whose only carried state is one Rng (qsgd, terngrad, topk,
+// dgc): 8 bytes, little endian.
+inline void SaveRngState(const Rng& rng, std::string* out) {
+  ByteWriter(out).Put<uint64_t>(rng.state());
+}
+inline void LoadRngState(std::string_view in, const char* codec, Rng* rng) {
+  ByteReader r(in, codec);
+  rng->set_state(r.Get<uint64_t>("rng state"));
+  r.ExpectEnd();
+}
 
 }  // namespace gradpress::compressors

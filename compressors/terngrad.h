@@ -24,6 +24,8 @@ class TernGradCompressor : public Compressor {
   std::string Name() const override { return "terngrad"; }
   void EncodeTo(const float* in, int64_t n, const StepContext& ctx, std::string* out) override;
   void DecodeTo(std::string_view bytes, int64_t n, float* out) const override;
+  void SaveState(std::string* out) const override { SaveRngState(rng_, out); }
+  void LoadState(std::string_view in) override { LoadRngState(in, "terngrad", &rng_); }
 
  private:
   int64_t bucket_;  // 0 = whole tensor

@@ -22,6 +22,8 @@ class TopKCompressor : public Sparsifier {
   explicit TopKCompressor(ParamReader& r);
   std::string Name() const override { return "topk"; }
   void Select(const float* in, int64_t n, const StepContext& ctx, Selection* sel) override;
+  void SaveState(std::string* out) const override { SaveRngState(rng_, out); }
+  void LoadState(std::string_view in) override { LoadRngState(in, "topk", &rng_); }
 
  private:
   double ratio_;
