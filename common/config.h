@@ -55,7 +55,8 @@ struct TrainConfig {
   double lr_gamma = 0.1;
   int threads = 1;           // intra-op threads per worker
   int log_every = 50;        // steps between log lines; 0 = never
-  int checkpoint_every = 0;  // steps between checkpoints; 0 = only at the end
+  int checkpoint_every = 0;  // server steps between checkpoints; 0 = only at the end
+  int checkpoint_keep = 3;   // newest checkpoint files kept per process
 };
 
 struct ClusterConfig {

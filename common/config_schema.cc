@@ -205,6 +205,7 @@ std::vector<ConfigField> ConfigFields(Config& c) {
       Int("train.threads", &c.train.threads, 1),
       Int("train.log_every", &c.train.log_every, 0),
       Int("train.checkpoint_every", &c.train.checkpoint_every, 0),
+      Int("train.checkpoint_keep", &c.train.checkpoint_keep, 1),
       String("cluster.server", &c.cluster.server, address(1)),
       Int("cluster.workers", &c.cluster.workers, 1),
       OneOf("sync.mode", &c.sync.mode, {"sync", "async"}),

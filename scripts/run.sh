@@ -4,26 +4,38 @@
 #
 #   scripts/run.sh                                   # LeNet / Fashion-MNIST, method 1 vs method 5
 #   scripts/run.sh configs/lenet_fmnist_m3.yaml --set train.epochs=2 --workers 2
+#   scripts/run.sh --resume runs/lenet-fmnist-m1/20261122-1300   # continue a stopped run
 #
 # Each run writes runs/<name>/<timestamp>/: config.yaml, server.log, worker-<rank>.log,
-# metrics.jsonl, summary.json. Ctrl-C stops every process of the run. Builds if needed.
+# metrics.jsonl, summary.json, ckpt/ (server and worker-<rank> checkpoints every
+# train.checkpoint_every steps and at the end). Ctrl-C stops the workers (each finishes its
+# step and checkpoints), then the server. --resume restarts everyone from the newest step
+# that the server and every worker have a checkpoint of. Builds if needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 configs=()
 sets=()
 workers=2
+resume_dir=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --set) sets+=(--set "$2"); shift 2 ;;
     --set=*) sets+=(--set "${1#--set=}"); shift ;;
     --workers) workers=$2; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --resume) resume_dir=${2%/}; shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     -*) echo "run.sh: unknown option '$1'" >&2; exit 2 ;;
     *) [[ -f "$1" ]] || { echo "run.sh: no config file '$1'" >&2; exit 2; }
        configs+=("$1"); shift ;;
   esac
 done
+if [[ -n "$resume_dir" ]]; then
+  [[ -f "$resume_dir/config.yaml" ]] || { echo "run.sh: $resume_dir/config.yaml missing: not a run directory" >&2; exit 2; }
+  [[ ${#configs[@]} -eq 0 && ${#sets[@]} -eq 0 ]] || { echo "run.sh: --resume takes no config or --set (the run's resolved config.yaml is used)" >&2; exit 2; }
+  configs=("$resume_dir/config.yaml")
+  workers=$(sed -n 's/^ *workers: *\([0-9]*\).*/\1/p' "$resume_dir/config.yaml" | head -1)
+fi
 [[ ${#configs[@]} -gt 0 ]] || configs=(configs/lenet_fmnist_m1.yaml configs/lenet_fmnist_m5.yaml)
 [[ "$workers" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --workers takes a positive integer" >&2; exit 2; }
 
@@ -40,7 +52,17 @@ echo "run.sh: building gradpress-server and gradpress-worker (first time: severa
 cmake --build "$BUILD_DIR" -j "${JOBS:-2}" --target gradpress-server gradpress-worker >/dev/null
 
 pids=()
+server_pid=""
 stop_all() {
+  # Workers first: each finishes its step and writes a checkpoint; then the server (final
+  # checkpoint). A worker stuck in a barrier its peer left gets 15 s.
+  for pid in "${pids[@]}"; do [[ "$pid" == "$server_pid" ]] || kill -TERM "$pid" 2>/dev/null || true; done
+  for _ in $(seq 150); do
+    alive=0
+    for pid in "${pids[@]}"; do [[ "$pid" != "$server_pid" ]] && kill -0 "$pid" 2>/dev/null && alive=1; done
+    [[ $alive -eq 0 ]] && break
+    sleep 0.1
+  done
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   pids=()
@@ -54,10 +76,25 @@ field() { sed -n "s/.*\"$2\"[[:space:]]*:[[:space:]]*\"\{0,1\}\([^,\"}]*\).*/\1/
 run_dirs=()
 for cfg in "${configs[@]}"; do
   name=$(sed -n 's/^name:[[:space:]]*\([^[:space:]#]*\).*/\1/p' "$cfg" | head -1)
-  run_dir=runs/${name:-run}/$(date +%Y%m%d-%H%M%S)
-  mkdir -p "$run_dir"
-  echo "== $cfg -> $run_dir ($workers workers)"
+  resume_args=()
+  server_resume=()
+  if [[ -n "$resume_dir" ]]; then
+    run_dir=$resume_dir
+    # The newest step held by the server and by every worker.
+    step=$(for d in "$run_dir"/ckpt/server "$run_dir"/ckpt/worker-*; do
+             ls "$d" 2>/dev/null | sed -n 's/^step-\([0-9]*\)\.ckpt$/\1/p' | sort -u
+           done | sort | uniq -c | awk -v n=$((workers + 1)) '$1 == n {print $2}' | sort | tail -n 1)
+    [[ -n "$step" ]] || { echo "run.sh: no step is checkpointed by the server and all $workers workers in $run_dir/ckpt" >&2; exit 1; }
+    echo "== resuming $run_dir from step $((10#$step)) ($workers workers)"
+    resume_args=(--resume auto)
+    server_resume=(--resume "$run_dir/ckpt/server/step-$step.ckpt")
+  else
+    run_dir=runs/${name:-run}/$(date +%Y%m%d-%H%M%S)
+    mkdir -p "$run_dir"
+    echo "== $cfg -> $run_dir ($workers workers)"
+  fi
   "$server_bin" --config "$cfg" "${sets[@]}" --listen 127.0.0.1:0 --workers "$workers" \
+    --run-dir "$run_dir" "${server_resume[@]}" \
     --log-file "$run_dir/server.log" >"$run_dir/server.out" 2>&1 &
   server_pid=$!
   pids+=("$server_pid")
@@ -72,7 +109,8 @@ for cfg in "${configs[@]}"; do
   worker_pids=()
   for ((r = 0; r < workers; r++)); do
     "$worker_bin" --config "$cfg" "${sets[@]}" --rank "$r" --workers "$workers" \
-      --server "127.0.0.1:$port" --run-dir "$run_dir" >"$run_dir/worker-$r.log" 2>&1 &
+      --server "127.0.0.1:$port" --run-dir "$run_dir" "${resume_args[@]}" \
+      >>"$run_dir/worker-$r.log" 2>&1 &
     worker_pids+=($!)
     pids+=($!)
   done

@@ -63,6 +63,26 @@ ParameterStore::ParameterStore(StoreOptions options)
 
 ParameterStore::~ParameterStore() { Shutdown(); }
 
+void ParameterStore::SetModel(const std::vector<TensorSpec>& model,
+                              const std::string& config_hash) {
+  model_ = model;
+  config_hash_ = config_hash;
+  for (size_t i = 0; i < model_.size(); ++i) {
+    key_index_[model_[i].key] = i;
+    auto k = std::make_unique<KeyState>();
+    k->numel = NumelOf(model_[i].shape);
+    k->weights.assign(k->numel, 0.f);
+    k->accum.assign(k->numel, 0.f);
+    k->block_mu.reset(new std::mutex[(k->numel + kBlock - 1) / kBlock + 1]);
+    compressors::CompressorConfig pull = opt_.pull;
+    if (!compressors::TravelsCompressed(model_[i].shape, opt_.min_numel, opt_.skip_1d)) {
+      pull = {};
+    }
+    k->pull = compressors::MakeCompressor(pull);
+    keys_.push_back(std::move(k));
+  }
+}
+
 RegisterResult ParameterStore::Register(const WorkerId& w, const std::vector<TensorSpec>& model,
                                         const std::string& config_hash) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -74,22 +94,7 @@ RegisterResult ParameterStore::Register(const WorkerId& w, const std::vector<Ten
       GP_ENFORCE(seen.insert(t.key).second, "model has key '", t.key, "' twice");
       NumelOf(t.shape);
     }
-    model_ = model;
-    config_hash_ = config_hash;
-    for (size_t i = 0; i < model_.size(); ++i) {
-      key_index_[model_[i].key] = i;
-      auto k = std::make_unique<KeyState>();
-      k->numel = NumelOf(model_[i].shape);
-      k->weights.assign(k->numel, 0.f);
-      k->accum.assign(k->numel, 0.f);
-      k->block_mu.reset(new std::mutex[(k->numel + kBlock - 1) / kBlock + 1]);
-      compressors::CompressorConfig pull = opt_.pull;
-      if (!compressors::TravelsCompressed(model_[i].shape, opt_.min_numel, opt_.skip_1d)) {
-        pull = {};
-      }
-      k->pull = compressors::MakeCompressor(pull);
-      keys_.push_back(std::move(k));
-    }
+    SetModel(model, config_hash);
   } else {
     GP_ENFORCE_AS(FailedPrecondition, config_hash == config_hash_, "worker '", w.name,
                   "' runs another job config (hash ", config_hash, ", first worker's ",

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "common/checkpoint.h"
 #include "common/thread_pool.h"
 #include "compressors/compressor.h"
 #include "compressors/compressor_config.h"
@@ -60,6 +61,9 @@ struct StoreOptions {
   double worker_timeout_s = 30;        // silence after which a worker leaves the barrier
   int max_staleness = 4;               // async: steps a push's base may lag
   int threads = 2;                     // keys decoded / encoded in parallel
+  std::string checkpoint_dir;          // "" = no checkpoints
+  int64_t checkpoint_every = 0;        // server steps between checkpoints; 0 = on Stop only
+  int checkpoint_keep = 3;             // newest checkpoint files kept
 };
 
 struct RegisterResult {
@@ -139,6 +143,19 @@ class ParameterStore {
   // The registered model (empty before the first Register).
   std::vector<TensorSpec> model() const;
 
+  // Checkpoints (parameter_store_checkpoint.cc). A checkpoint is taken between steps and
+  // holds what a restarted server needs to go on exactly: step, weights and their version,
+  // the model and config hash, and per key the optimizer's momentum and the pull codec's
+  // state (error-feedback residual, RNG). Workers re-register after a restart.
+  // With checkpoint_dir set, one is written every checkpoint_every completed steps.
+  Checkpoint SaveCheckpoint() const;
+  // Writes a checkpoint of the current step into checkpoint_dir unless one exists for it
+  // (SIGTERM); returns its path ("" without a checkpoint_dir or before the model is known).
+  std::string WriteCheckpoint();
+  // Restores a checkpoint into a store no worker has registered with yet (FailedPrecondition
+  // otherwise; InvalidArgument naming the file and key if it does not fit itself).
+  void RestoreCheckpoint(const Checkpoint& c);
+
  private:
   struct KeyState {
     int64_t numel = 0;
@@ -169,8 +186,13 @@ class ParameterStore {
   static constexpr int64_t kBlock = 1 << 20;
   std::vector<Item> Items(const std::vector<const compressors::Payload*>& ordered) const;
   void Accumulate(const std::vector<const compressors::Payload*>& ordered);
-  void MaybeFinalize();  // mu_ held
-  void MaybeElect();     // mu_ held: completes the elections every live worker voted in
+  void SetModel(const std::vector<TensorSpec>& model, const std::string& config_hash);  // mu_
+  void MaybeFinalize();                                                                 // mu_ held
+  void MaybeCheckpoint();  // mu_ held: every checkpoint_every steps
+  Checkpoint SaveCheckpointLocked() const;
+  std::string WriteCheckpointLocked();
+  int64_t last_checkpoint_step_ = -1;
+  void MaybeElect();  // mu_ held: completes the elections every live worker voted in
   // A fresh result of the weights or the accumulator (mean), lossless or with the pull codec.
   std::shared_ptr<StepResult> Encode(int64_t step, bool weights, bool lossless);  // mu_ held
   // Async: the current weights with the pull codec, encoded once per server step.

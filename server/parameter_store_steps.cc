@@ -131,6 +131,7 @@ PushPullResult ParameterStore::AsyncPush(const WorkerId& w, int64_t step, int64_
   ws.last_step = step;
   ++step_;
   ++stats_.steps;
+  MaybeCheckpoint();
   total_server_ms_ += t.ElapsedMs();
   return {AsyncWeights(), 0, t.ElapsedMs(), false};
 }
@@ -168,6 +169,7 @@ void ParameterStore::MaybeFinalize() {
   contributors_ = 0;
   open_step_apply_ms_ = 0;
   step_cv_.notify_all();
+  MaybeCheckpoint();
   if (opt_.stats_every > 0 && stats_.steps % opt_.stats_every == 0) {
     uint64_t rejected = 0;
     for (const auto& [reason, n] : stats_.rejected) rejected += n;

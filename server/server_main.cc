@@ -6,13 +6,18 @@
 // Parse CLI -> load config -> build the store, service and runner -> serve until SIGTERM or
 // SIGINT, then stop accepting, give in-flight calls 5 s, and exit 0. A bad config or an
 // address that cannot be bound exits 2 with the reason.
+// Checkpoints (with --run-dir or --checkpoint-dir): every train.checkpoint_every steps into
+// <run-dir>/ckpt/server, and a final one on SIGTERM. --resume auto restores the newest valid
+// one (a corrupt newest file falls back to the previous); --resume FILE restores that file.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <iostream>
 #include <memory>
+#include <optional>
 
+#include "common/checkpoint.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/huge_pages.h"
@@ -29,7 +34,8 @@ void OnSignal(int sig) { g_signal = sig; }
 int main(int argc, char** argv) {
   gradpress::UseHugePagesForLargeBuffers(argv);
   CLI::App app{"gradpress-server: the parameter server"};
-  std::string config_path, listen, log_level = "info", log_file;
+  std::string config_path, listen, log_level = "info", log_file, run_dir, checkpoint_dir;
+  std::string resume = "never";
   std::optional<int> workers;
   std::vector<std::string> overrides;
   app.add_option("--config", config_path, "experiment YAML (defaults apply without one)");
@@ -38,6 +44,9 @@ int main(int argc, char** argv) {
   app.add_option("--set", overrides, "override a config key, e.g. --set server.threads=4");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
   app.add_option("--log-file", log_file, "also log to this file");
+  app.add_option("--run-dir", run_dir, "run directory: checkpoints go to <run-dir>/ckpt/server");
+  app.add_option("--checkpoint-dir", checkpoint_dir, "checkpoint directory (overrides --run-dir)");
+  app.add_option("--resume", resume, "auto | never | a checkpoint file to restore");
   CLI11_PARSE(app, argc, argv);
   try {
     gradpress::SetupLogging(log_level, log_file, "server");
@@ -49,8 +58,20 @@ int main(int argc, char** argv) {
       config.cluster.workers = *workers;
     }
     if (listen.empty()) listen = config.server.listen;
-    gradpress::server::ServerRunner runner(gradpress::server::StoreOptionsFromConfig(config),
-                                           config.server.deadline_s);
+    gradpress::server::StoreOptions store_options =
+        gradpress::server::StoreOptionsFromConfig(config);
+    if (checkpoint_dir.empty() && !run_dir.empty()) checkpoint_dir = run_dir + "/ckpt/server";
+    store_options.checkpoint_dir = checkpoint_dir;
+    std::optional<gradpress::Checkpoint> restore;
+    if (resume == "auto") {
+      GP_ENFORCE(!checkpoint_dir.empty(), "--resume auto needs --run-dir or --checkpoint-dir");
+      restore = gradpress::LoadLatestCheckpoint(checkpoint_dir);
+      if (!restore) spdlog::info("no checkpoint in {}: starting fresh", checkpoint_dir);
+    } else if (resume != "never") {
+      restore = gradpress::ReadCheckpoint(resume);
+    }
+    gradpress::server::ServerRunner runner(store_options, config.server.deadline_s);
+    if (restore) runner.store().RestoreCheckpoint(*restore);
     std::signal(SIGTERM, OnSignal);
     std::signal(SIGINT, OnSignal);
     const int port = runner.Start(listen);
@@ -68,6 +89,12 @@ int main(int argc, char** argv) {
     spdlog::info("signal {}: stopping", static_cast<int>(g_signal));
     if (metrics) metrics->Stop();
     runner.Stop(5.0);
+    try {
+      const std::string path = runner.store().WriteCheckpoint();
+      if (!path.empty()) spdlog::info("final checkpoint: {}", path);
+    } catch (const gradpress::Error& e) {
+      spdlog::error("final checkpoint failed: {}", e.what());
+    }
     const auto s = runner.store().Stats();
     spdlog::info("served {} steps, {:.1f} MB in, {:.1f} MB out", s.steps, s.bytes_in / 1e6,
                  s.bytes_out / 1e6);

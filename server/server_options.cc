@@ -17,6 +17,8 @@ StoreOptions StoreOptionsFromConfig(const Config& c) {
   o.max_staleness = c.sync.max_staleness;
   o.threads = c.server.threads;
   o.stats_every = c.server.stats_every;
+  o.checkpoint_every = c.train.checkpoint_every;
+  o.checkpoint_keep = c.train.checkpoint_keep;
   return o;
 }
 

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/byte_io.h"
 #include "common/error.h"
 #include "common/tensor_bytes.h"
 #include "common/timer.h"
@@ -52,6 +53,13 @@ struct PsClient::Impl {
 };
 
 namespace {
+
+// The push codec (with its error feedback) of one key: small tensors travel uncompressed.
+std::unique_ptr<Compressor> MakePushCodec(const ClientOptions& o, const TensorSpec& s) {
+  compressors::CompressorConfig c = o.push;
+  if (!compressors::TravelsCompressed(s.shape, o.min_numel, o.skip_1d)) c = {};
+  return compressors::MakeCompressor(c);
+}
 
 // Reads a PullHeader and the chunks of a reply stream.
 template <typename Reader>
@@ -142,11 +150,7 @@ RegisterInfo PsClient::Register(const std::vector<TensorSpec>& model) {
   });
   impl_->model = model;
   impl_->push.clear();
-  for (const auto& s : model) {
-    compressors::CompressorConfig c = opt_.push;
-    if (!compressors::TravelsCompressed(s.shape, opt_.min_numel, opt_.skip_1d)) c = {};
-    impl_->push.push_back(compressors::MakeCompressor(c));
-  }
+  for (const auto& s : model) impl_->push.push_back(MakePushCodec(opt_, s));
   if (opt_.heartbeat_s > 0 && !impl_->hb_thread.joinable()) {
     impl_->hb_thread = std::thread([this] {
       std::unique_lock<std::mutex> lock(impl_->hb_mu);
@@ -384,6 +388,44 @@ std::string PsClient::StatsText() {
     transport::ThrowIfError(impl_->stub->Stats(ctx, proto::StatsRequest{}, &r), "Stats");
     return r.prometheus();
   });
+}
+
+std::string PsClient::SaveState() const {
+  std::string out;
+  ByteWriter w(&out);
+  w.PutVarint(impl_->push.size());
+  for (size_t i = 0; i < impl_->push.size(); ++i) {
+    const std::string& key = impl_->model[i].key;
+    std::string state;
+    impl_->push[i]->SaveState(&state);
+    w.PutVarint(key.size());
+    w.PutBytes(key.data(), key.size());
+    w.PutVarint(state.size());
+    w.PutBytes(state.data(), state.size());
+  }
+  return out;
+}
+
+void PsClient::LoadState(std::string_view state) {
+  ByteReader r(state, "push codec state");
+  const uint64_t n = r.GetVarint("key count");
+  GP_ENFORCE(n == impl_->push.size(), "push codec state holds ", n, " keys, the model ",
+             impl_->push.size(), " (Register first, with the same model)");
+  // Restore into fresh codecs first, so a bad state leaves the current ones untouched.
+  std::vector<std::unique_ptr<Compressor>> fresh;
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t len = r.GetVarint("key length");
+    GP_ENFORCE(len <= r.remaining(), "push codec state: key of ", len, " bytes");
+    const std::string key(r.GetBytes(len, "key"));
+    GP_ENFORCE(key == impl_->model[i].key, "push codec state: key ", i, " is '", key,
+               "', the model's '", impl_->model[i].key, "'");
+    const uint64_t size = r.GetVarint("state length");
+    GP_ENFORCE(size <= r.remaining(), "push codec state of '", key, "': ", size, " bytes");
+    fresh.push_back(MakePushCodec(opt_, impl_->model[i]));
+    fresh.back()->LoadState(r.GetBytes(size, "state"));
+  }
+  r.ExpectEnd();
+  impl_->push = std::move(fresh);
 }
 
 }  // namespace gradpress::worker

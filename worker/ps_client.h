@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -92,6 +93,11 @@ class PsClient {
   void PullWeights(std::vector<torch::Tensor>* params, int64_t min_version = 0);
   // The server's counters in Prometheus text format.
   std::string StatsText();
+  // Checkpoints: the push codecs' state (error-feedback residuals, RNG streams) per key.
+  // LoadState needs Register first (same model); a state that does not fit throws
+  // InvalidArgument and changes nothing.
+  std::string SaveState() const;
+  void LoadState(std::string_view state);
 
   const ClientOptions& options() const { return opt_; }
   struct Impl;  // stub, per-key codecs, decoders (ps_client.cc)

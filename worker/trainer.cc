@@ -82,8 +82,9 @@ Trainer::Trainer(TrainerOptions options)
   const Config& c = opt_.config;
   GP_ENFORCE(opt_.workers >= 1 && opt_.rank >= 0 && opt_.rank < opt_.workers, "rank ", opt_.rank,
              " outside [0, ", opt_.workers, ")");
-  GP_ENFORCE(c.sync.mode == "sync", "sync.mode '", c.sync.mode,
-             "' is not supported by the trainer yet");
+  GP_ENFORCE(c.sync.mode == "sync" || (c.sync.exchange == "weights" && c.sync.every == 1),
+             "sync.mode async applies each push to the server's weights at once: it needs "
+             "sync.exchange: weights and sync.every: 1 (methods 1-2)");
   GP_ENFORCE(c.sync.every == 1 || c.sync.exchange == "gradients", "sync.every ", c.sync.every,
              " (method 6) needs sync.exchange: gradients");
   GP_ENFORCE(c.sync.exchange == "gradients" || c.sync.exchange == "weights", "sync.exchange: '",
@@ -124,6 +125,10 @@ Trainer::Trainer(TrainerOptions options)
   co.deadline_s = c.server.deadline_s;
   co.heartbeat_s = c.server.worker_timeout_s / 4;
   client_ = std::make_unique<PsClient>(co);
+  rng_.seed(data::MixSeed(static_cast<uint64_t>(c.train.seed), opt_.rank));
+  checkpoint_dir_ = opt_.checkpoint_dir;
+  if (checkpoint_dir_.empty() && !opt_.run_dir.empty())
+    checkpoint_dir_ = opt_.run_dir + "/ckpt/worker-" + std::to_string(opt_.rank);
 }
 
 Trainer::~Trainer() = default;
@@ -146,10 +151,12 @@ void Trainer::Connect() {
   // A rejoining worker (server already past step 0) continues at the server's step (for
   // method 6 the server counts syncs, every sync.every local steps).
   sync_round_ = info.server_step;
+  base_step_ = info.server_step;
   step_ = sync_round_ * opt_.config.sync.every;
   anchor_.clear();
   for (const auto& p : params_) anchor_.push_back(p.detach().clone());
   connected_ = true;
+  if (opt_.resume) Resume(info.server_step);
 }
 
 void Trainer::ApplyLr(double lr) {
@@ -185,7 +192,8 @@ StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labe
     if (++since_sync_ == opt_.config.sync.every) st = Sync();
   } else if (exchange_weights_) {
     std::vector<torch::Tensor> weights = Parameters();
-    st = client_->PushPull(step_, grads, &weights);
+    st = client_->PushPull(step_, grads, &weights, base_step_);
+    base_step_ = st.server_step;  // async: the server step of the weights now held
   } else {
     st = client_->PushPull(step_, grads, &received_);
     t.Restart();
@@ -235,7 +243,6 @@ TrainSummary Trainer::Run() {
   const int64_t shard = data::ShardSize(n, opt_.workers);
   const int64_t batch = c.train.batch_size;
   const int64_t steps_per_epoch = std::max<int64_t>(1, (shard + batch - 1) / batch);
-  std::mt19937_64 rng(data::MixSeed(static_cast<uint64_t>(c.train.seed), opt_.rank));
   const bool augment = c.dataset.name == "cifar10";
 
   TrainSummary s;
@@ -251,18 +258,22 @@ TrainSummary Trainer::Run() {
     int64_t correct = 0, seen = 0;
     bool stop = false;
     for (int64_t i = step_ - epoch * steps_per_epoch; i < steps_per_epoch; ++i) {
-      if (opt_.max_steps > 0 && done >= opt_.max_steps) {
+      if ((opt_.max_steps > 0 && done >= opt_.max_steps) || (opt_.stop && opt_.stop->load())) {
         stop = true;
         break;
       }
       if (!exchange_weights_)
         ApplyLr(ScheduledLr(c.train, static_cast<double>(step_) / steps_per_epoch));
       data::Dataset b = data::GatherBatch(data_.train, idx, i * batch, (i + 1) * batch);
-      torch::Tensor images = augment ? data::AugmentCifar(b.images, &rng) : b.images;
+      torch::Tensor images = augment ? data::AugmentCifar(b.images, &rng_) : b.images;
       StepMetrics m = Step(images, b.labels);
       correct += m.correct;
       seen += b.size();
       ++done;
+      const bool exchanged = !periodic() || since_sync_ == 0;
+      if (c.train.checkpoint_every > 0 && exchanged &&
+          server_step() % c.train.checkpoint_every == 0)
+        WriteCheckpoint();
       sum_up += m.bytes_up;
       sum_down += m.bytes_down;
       s.step_ms += m.step_ms;
@@ -296,6 +307,7 @@ TrainSummary Trainer::Run() {
         log_images = 0;
       }
     }
+    if (stop) WriteCheckpoint();  // the state right after the last step, before evaluation
     if (seen == 0 && stop) break;
     EpochMetrics em;
     em.epoch = epoch;
@@ -318,6 +330,7 @@ TrainSummary Trainer::Run() {
                  em.train_acc, em.test_acc, em.epoch_s);
     if (stop) break;
   }
+  WriteCheckpoint();  // the end state (a no-op if the last step's checkpoint exists)
   s.steps = done;
   const double d = std::max<int64_t>(1, done);
   s.bytes_up_per_step = sum_up / d;

@@ -16,7 +16,9 @@
 //   (lr_schedule.h) by fractional epoch.
 // exchange=weights (methods 1-2): the server steps SGD and returns weights, copied into the
 //   parameters. Limitation: the server's lr is constant (train.lr); lr_schedule is ignored.
-// Not yet supported (InvalidArgument): sync.mode async.
+// sync.mode async (methods 1-2 only): each push is applied by the server at once and the
+//   current weights come back; the push names the server step of the weights it was computed
+//   on, and the server refuses it if that is more than sync.max_staleness steps behind.
 // Data: data::EpochIndices(n, rank, workers, epoch, seed); step s of an epoch trains on the
 //   shard's indices [s*b, (s+1)*b) (the last batch may be short, equally on every rank).
 //   cifar10 batches get AugmentCifar; other datasets are not augmented.
@@ -24,16 +26,23 @@
 //   {rank, step, loss, bytes_up, bytes_down, compute_ms, encode_ms, decode_ms, network_ms,
 //   wait_ms} and one per epoch {rank, epoch, train_acc, test_acc, epoch_s}; rank 0 writes
 //   run_dir/summary.json at the end (DESIGN.md field names; method = config name).
+// Checkpoints hold step, model (parameters and buffers), optimizer, method 6's anchor, the
+//   push codecs' residuals and the augmentation RNG; the data cursor is the step (each
+//   epoch's order is a function of seed and epoch). A run stopped after a checkpoint and
+//   resumed (server too) ends with the weights of an uninterrupted run.
 // Thread-safety: one thread per Trainer. Several Trainers may run in one process (tests);
 //   model construction is serialised because it seeds torch's global generator.
 #include <torch/optim/optimizer.h>
 #include <torch/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "common/checkpoint.h"
 #include "common/config.h"
 #include "worker/data/dataset.h"
 #include "worker/models/net.h"
@@ -49,6 +58,14 @@ struct TrainerOptions {
   std::string run_dir;  // "" = no files
   uint64_t incarnation = 1;
   int64_t max_steps = 0;  // > 0: stop after this many steps in all (then evaluate); 0 = epochs
+  // Checkpoints (trainer_checkpoint.cc) go to checkpoint_dir ("" = run_dir/ckpt/worker-<rank>,
+  // none without a run_dir): every train.checkpoint_every server steps and at the end.
+  std::string checkpoint_dir;
+  // Resume from checkpoint_dir: the checkpoint of the server's current step (so restart the
+  // server with --resume auto too); a fresh start if the directory holds none.
+  bool resume = false;
+  // Set asynchronously (SIGTERM): Run finishes the current step, checkpoints and returns.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct StepMetrics {
@@ -95,6 +112,11 @@ class Trainer {
   TrainSummary Run();
 
   int64_t step() const { return step_; }
+  // The server step this worker is at (step() for methods 1-5, syncs done for method 6).
+  int64_t server_step() const { return periodic() ? sync_round_ : step_; }
+  // Writes a checkpoint of the current state (after a step; see TrainerOptions) and returns
+  // its path ("" without a checkpoint directory).
+  std::string WriteCheckpoint();
   models::Net& model() { return *model_; }
   std::vector<torch::Tensor> Parameters() const;  // detached aliases, model order
   const data::DatasetPair& data() const { return data_; }
@@ -111,6 +133,9 @@ class Trainer {
   StepStats Sync();
   double EndEpochPeriodic(int64_t epoch, double* bytes_up, double* bytes_down);
   void ApplyLr(double lr);
+  // Restores the checkpoint of `server_step` (Connect, when resuming); see TrainerOptions.
+  void Resume(int64_t server_step);
+  void RestoreCheckpoint(const Checkpoint& c);
   void AppendLine(const std::string& line);
   void WriteSummary(const TrainSummary& s) const;
 
@@ -127,9 +152,13 @@ class Trainer {
   int64_t step_ = 0;
   int server_rank_ = 0;                // rank the server assigned (Elect answers in these)
   int64_t sync_round_ = 0;             // method 6: syncs done (the server's step)
+  int64_t base_step_ = 0;              // async: server step of the weights we hold
   int64_t since_sync_ = 0;             // method 6: local steps since the last sync
   std::vector<torch::Tensor> anchor_;  // method 6: weights at the last sync
   int64_t dense_bytes_ = 0;
+  std::mt19937_64 rng_;  // data augmentation
+  std::string checkpoint_dir_;
+  int64_t last_checkpoint_ = -1;  // server step of the last checkpoint written or restored
 };
 
 }  // namespace gradpress::worker

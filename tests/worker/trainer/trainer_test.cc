@@ -176,6 +176,41 @@ server: {deadline_s: 30, worker_timeout_s: 30}
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("async method 1: every push applied once, staleness bounded, the model learns",
+          "[trainer]") {
+  const Config c = ParseConfig(R"(
+name: trainer-async-test
+model: lenet
+dataset: {name: synthetic, subset: 2048, test_subset: 256}
+device: cpu
+train: {epochs: 1, batch_size: 16, lr: 0.01, momentum: 0.9, seed: 5, log_every: 0}
+cluster: {workers: 2}
+sync: {mode: async, exchange: weights, max_staleness: 4}
+server: {deadline_s: 30, worker_timeout_s: 30}
+)");
+  Cluster cluster(server::StoreOptionsFromConfig(c));
+  std::vector<worker::TrainSummary> summaries(2);
+  Cluster::Parallel(2, [&](int r) { summaries[r] = MakeTrainer(c, r, cluster)->Run(); });
+  const auto stats = cluster.runner.store().Stats();
+  WARN("async: server steps " << stats.steps << ", test_acc " << summaries[0].test_acc << " / "
+                              << summaries[1].test_acc << ", wait_ms " << summaries[0].wait_ms);
+  CHECK(summaries[0].steps == 2048 / 2 / 16);
+  CHECK(summaries[1].steps == summaries[0].steps);
+  CHECK(stats.steps == summaries[0].steps + summaries[1].steps);  // each push applied once
+  CHECK(stats.rejected.empty());  // two workers are never 4 steps apart
+  CHECK(summaries[0].test_acc > 0.3);
+  CHECK(summaries[1].test_acc > 0.3);
+}
+
+TEST_CASE("the trainer refuses async with exchanged gradients", "[trainer]") {
+  Config c = ParseConfig(
+      "{sync: {mode: async, exchange: gradients}, device: cpu, "
+      "dataset: {name: synthetic, subset: 64, test_subset: 16}}");
+  TrainerOptions o;
+  o.config = c;
+  CHECK_THROWS_WITH(Trainer(o), Catch::Contains("needs sync.exchange: weights"));
+}
+
 TEST_CASE("lr schedules: warm-up, step and cosine", "[trainer]") {
   TrainConfig t;
   t.lr = 0.1;

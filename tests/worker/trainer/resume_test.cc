@@ -1,0 +1,148 @@
+// Resume: a job stopped after its checkpoint and resumed (server and workers) ends with the
+// weights of an uninterrupted run. In-process server on 127.0.0.1:0, workers as threads.
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "common/checkpoint.h"
+#include "common/config.h"
+#include "server/server_options.h"
+#include "tests/server/cluster.h"
+#include "worker/trainer.h"
+
+namespace gradpress::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using worker::Trainer;
+using worker::TrainerOptions;
+
+struct TempDir {
+  TempDir() {
+    static int counter = 0;
+    path = (fs::temp_directory_path() /
+            ("gp_resume_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++)))
+               .string();
+    fs::remove_all(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string path;
+};
+
+enum class ServerEnd { kFinalCheckpoint, kKilled };
+
+// One job of `max_steps` steps per worker in run_dir; the server checkpoints into
+// run_dir/ckpt/server. resume: the server restores its newest checkpoint and the workers
+// theirs. Returns every worker's final weights.
+std::vector<std::vector<torch::Tensor>> RunJob(const Config& c, const std::string& run_dir,
+                                               int64_t max_steps, bool resume, ServerEnd end) {
+  server::StoreOptions so = server::StoreOptionsFromConfig(c);
+  so.checkpoint_dir = run_dir + "/ckpt/server";
+  Cluster cluster(so);
+  if (resume) {
+    auto ckpt = LoadLatestCheckpoint(so.checkpoint_dir);
+    REQUIRE(ckpt.has_value());
+    cluster.runner.store().RestoreCheckpoint(*ckpt);
+  }
+  std::vector<std::vector<torch::Tensor>> weights(c.cluster.workers);
+  Cluster::Parallel(c.cluster.workers, [&](int r) {
+    TrainerOptions o;
+    o.config = c;
+    o.rank = r;
+    o.workers = c.cluster.workers;
+    o.server = "127.0.0.1:" + std::to_string(cluster.port);
+    o.run_dir = run_dir;
+    o.max_steps = max_steps;
+    o.resume = resume;
+    Trainer t(o);
+    t.Run();
+    for (const auto& p : t.Parameters()) weights[r].push_back(p.clone());
+  });
+  if (end == ServerEnd::kFinalCheckpoint) cluster.runner.store().WriteCheckpoint();
+  return weights;
+}
+
+double MaxDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  REQUIRE(a.size() == b.size());
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, (a[i] - b[i]).abs().max().item<double>());
+  return d;
+}
+
+std::vector<int64_t> Steps(const std::string& dir) {
+  std::vector<int64_t> s;
+  for (const auto& [step, path] : ListCheckpoints(dir)) s.push_back(step);
+  return s;
+}
+
+// 16 steps per epoch (256 images per worker, batch 16): 20 steps cross an epoch boundary,
+// so the resumed run also reshuffles by epoch and follows the cosine schedule.
+Config MakeConfig(const std::string& method) {
+  return ParseConfig(R"(
+name: resume-test
+model: lenet
+dataset: {name: synthetic, subset: 512, test_subset: 64}
+device: cpu
+train: {epochs: 3, batch_size: 16, lr: 0.05, momentum: 0.9, seed: 11, log_every: 0,
+        lr_schedule: cosine, warmup_epochs: 0.5, checkpoint_every: 5}
+cluster: {workers: 2}
+server: {deadline_s: 30, worker_timeout_s: 30}
+)" + method);
+}
+
+void CheckResume(const std::string& method, int64_t stop_at, ServerEnd end, int64_t resumes_from) {
+  const Config c = MakeConfig(method);
+  const int64_t total = 20;
+  TempDir straight, split;
+  const auto ref = RunJob(c, straight.path, total, false, ServerEnd::kKilled);
+  const auto stopped = RunJob(c, split.path, stop_at, false, end);
+  // The server's newest checkpoint decides where everyone resumes.
+  const auto server_steps = Steps(split.path + "/ckpt/server");
+  REQUIRE(!server_steps.empty());
+  CHECK(server_steps.front() == resumes_from);
+  const auto resumed = RunJob(c, split.path, total - resumes_from, true, ServerEnd::kKilled);
+  const double d0 = MaxDiff(ref[0], resumed[0]), d1 = MaxDiff(ref[1], resumed[1]);
+  const double moved = MaxDiff(ref[0], stopped[0]);  // the resumed steps did train
+  WARN(method << ": stopped at " << stop_at << ", resumed from " << resumes_from
+              << ": max |w_resumed - w_straight| = " << d0 << " / " << d1
+              << " (training moved weights by " << moved << ")");
+  CHECK(moved > 1e-3);
+  CHECK(d0 == 0.0);
+  CHECK(d1 == 0.0);
+}
+
+TEST_CASE("resume: method 3 (gradients, local SGD momentum) continues exactly", "[resume]") {
+  // Stopped at 12: the workers' final checkpoint (12) matches the server's final one.
+  CheckResume("sync: {mode: sync, exchange: gradients}", 12, ServerEnd::kFinalCheckpoint, 12);
+}
+
+TEST_CASE("resume: method 1 (server SGD with momentum) continues exactly", "[resume]") {
+  // The server was killed (no final checkpoint): its newest is step 10, and the workers go
+  // back to their step-10 checkpoint, not their newer step-12 one.
+  CheckResume("sync: {mode: sync, exchange: weights}", 12, ServerEnd::kKilled, 10);
+}
+
+TEST_CASE("resume: method 5 (top-k + qsgd both ways, error feedback) continues exactly",
+          "[resume]") {
+  // Residuals on both sides and qsgd's random streams are part of the checkpoints.
+  CheckResume(R"(sync: {mode: sync, exchange: gradients}
+push: {codec: topk, ratio: 0.01, then: {codec: qsgd, levels: 16}, error_feedback: true}
+pull: {codec: topk, ratio: 0.01, then: {codec: qsgd, levels: 16}, error_feedback: true}
+compress: {min_numel: 100})",
+              12, ServerEnd::kFinalCheckpoint, 12);
+}
+
+TEST_CASE("resume: a worker without a checkpoint of the server's step is refused", "[resume]") {
+  Config c = MakeConfig("sync: {mode: sync, exchange: gradients}");
+  c.server.worker_timeout_s = 2;  // worker-0 goes on alone once worker-1 has failed
+  TempDir d;
+  RunJob(c, d.path, 7, false, ServerEnd::kFinalCheckpoint);  // server 7; workers 5 and 7
+  for (const auto& [step, path] : ListCheckpoints(d.path + "/ckpt/worker-1"))
+    if (step == 7) fs::remove(path);
+  CHECK_THROWS_WITH(RunJob(c, d.path, 3, true, ServerEnd::kKilled),
+                    Catch::Contains("no worker checkpoint of the server's step 7") &&
+                        Catch::Contains("it has steps 5"));
+}
+
+}  // namespace
+}  // namespace gradpress::testing

@@ -1,0 +1,148 @@
+// Trainer, part three: checkpoints and resume (shared/DESIGN.md, "Reliability rules").
+// Sections: "meta" (step, syncs, local steps since the last sync, rank, workers, config
+// hash), "torch" (a LibTorch archive: model parameters and buffers, optimizer state, method
+// 6's anchor), "rng" (the augmentation RNG), "push" (PsClient::SaveState). A checkpoint's
+// step is the server step, so worker and server checkpoints of one moment share a number.
+#include <spdlog/spdlog.h>
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include <sstream>
+
+#include "common/byte_io.h"
+#include "common/error.h"
+#include "worker/trainer.h"
+
+namespace gradpress::worker {
+
+std::string Trainer::WriteCheckpoint() {
+  if (checkpoint_dir_.empty() || !connected_) return "";
+  const int64_t at = server_step();
+  if (at == last_checkpoint_) return "";
+  Checkpoint c;
+  c.step = at;
+  std::string meta;
+  ByteWriter w(&meta);
+  w.Put<int64_t>(step_);
+  w.Put<int64_t>(sync_round_);
+  w.Put<int64_t>(since_sync_);
+  w.Put<int32_t>(opt_.rank);
+  w.Put<int32_t>(opt_.workers);
+  const std::string hash = ConfigHash(opt_.config);
+  w.PutVarint(hash.size());
+  w.PutBytes(hash.data(), hash.size());
+  c.Put("meta", std::move(meta));
+
+  torch::serialize::OutputArchive archive;
+  torch::serialize::OutputArchive model_archive(archive.compilation_unit());
+  model_->save(model_archive);
+  archive.write("model", model_archive);
+  if (optimizer_) {
+    torch::serialize::OutputArchive optimizer_archive(archive.compilation_unit());
+    optimizer_->save(optimizer_archive);
+    archive.write("optimizer", optimizer_archive);
+  }
+  for (size_t i = 0; i < anchor_.size(); ++i)
+    archive.write("anchor_" + std::to_string(i), anchor_[i], /*is_buffer=*/true);
+  std::ostringstream torch_bytes;
+  archive.save_to(torch_bytes);
+  c.Put("torch", torch_bytes.str());
+  std::ostringstream rng;
+  rng << rng_;
+  c.Put("rng", rng.str());
+  c.Put("push", client_->SaveState());
+  try {
+    const std::string path = SaveCheckpoint(checkpoint_dir_, c, opt_.config.train.checkpoint_keep);
+    last_checkpoint_ = at;
+    spdlog::info("worker-{} checkpoint of step {} written to {}", opt_.rank, at, path);
+    return path;
+  } catch (const Error& e) {
+    // A full disk must not stop training: the previous checkpoint stays valid.
+    spdlog::error("worker-{} checkpoint of step {} failed: {}", opt_.rank, at, e.what());
+    return "";
+  }
+}
+
+void Trainer::RestoreCheckpoint(const Checkpoint& c) {
+  const std::string context = "worker checkpoint " + c.path;
+  ByteReader r(c.Get("meta"), context.c_str());
+  const auto step = r.Get<int64_t>("step");
+  const auto sync_round = r.Get<int64_t>("syncs");
+  const auto since_sync = r.Get<int64_t>("steps since sync");
+  const auto rank = r.Get<int32_t>("rank");
+  const auto workers = r.Get<int32_t>("workers");
+  const uint64_t hash_len = r.GetVarint("config hash length");
+  GP_ENFORCE(hash_len <= r.remaining(), context, ": config hash of ", hash_len, " bytes");
+  const std::string hash(r.GetBytes(hash_len, "config hash"));
+  r.ExpectEnd();
+  GP_ENFORCE_AS(FailedPrecondition, rank == opt_.rank && workers == opt_.workers, context,
+                " belongs to rank ", rank, " of ", workers, ", not rank ", opt_.rank, " of ",
+                opt_.workers);
+  GP_ENFORCE_AS(FailedPrecondition, hash == ConfigHash(opt_.config), context,
+                " was written by another job config (hash ", hash, ", now ",
+                ConfigHash(opt_.config), "): resume with the same config and --set overrides");
+  GP_ENFORCE(step >= 0 && sync_round >= 0 && since_sync >= 0, context, ": negative step");
+
+  std::istringstream torch_bytes(c.Get("torch"));
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(torch_bytes, device_);
+    torch::serialize::InputArchive model_archive;
+    archive.read("model", model_archive);
+    model_->load(model_archive);
+    if (optimizer_) {
+      torch::serialize::InputArchive optimizer_archive;
+      archive.read("optimizer", optimizer_archive);
+      optimizer_->load(optimizer_archive);
+    }
+    for (size_t i = 0; i < anchor_.size(); ++i)
+      archive.read("anchor_" + std::to_string(i), anchor_[i], /*is_buffer=*/true);
+  } catch (const c10::Error& e) {
+    throw InvalidArgument(context +
+                          ": the model or optimizer does not load: " + e.what_without_backtrace());
+  }
+  std::istringstream rng(c.Get("rng"));
+  rng >> rng_;
+  GP_ENFORCE(!rng.fail(), context, ": the augmentation RNG state does not parse");
+  client_->LoadState(c.Get("push"));
+  step_ = step;
+  sync_round_ = sync_round;
+  since_sync_ = since_sync;
+  last_checkpoint_ = c.step;
+}
+
+void Trainer::Resume(int64_t server_step) {
+  GP_ENFORCE(!checkpoint_dir_.empty(),
+             "resume needs a checkpoint directory: give the worker --run-dir (or "
+             "--checkpoint-dir)");
+  const auto all = ListCheckpoints(checkpoint_dir_);
+  if (all.empty()) {
+    spdlog::info("worker-{}: no checkpoint in {}: starting at server step {}", opt_.rank,
+                 checkpoint_dir_, server_step);
+    return;
+  }
+  std::optional<Checkpoint> c =
+      LoadLatestCheckpoint(checkpoint_dir_, [&](int64_t s) { return s == server_step; });
+  if (c) {
+    RestoreCheckpoint(*c);
+    spdlog::info("worker-{}: resumed from {} (step {})", opt_.rank, c->path, step_);
+    return;
+  }
+  std::string have;
+  for (const auto& [s, path] : all) have += (have.empty() ? "" : ", ") + std::to_string(s);
+  if (exchange_weights_) {
+    // The server's weights are the model: going on from them loses only push residuals.
+    spdlog::warn(
+        "worker-{}: no checkpoint of server step {} in {} (it has steps {}): continuing from "
+        "the server's weights with fresh push residuals",
+        opt_.rank, server_step, checkpoint_dir_, have);
+    return;
+  }
+  throw FailedPrecondition("no worker checkpoint of the server's step " +
+                           std::to_string(server_step) + " in " + checkpoint_dir_ +
+                           " (it has steps " + have +
+                           "): restart the server with --resume auto, or with --resume <its "
+                           "checkpoint file of one of these steps>");
+}
+
+}  // namespace gradpress::worker
