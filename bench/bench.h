@@ -37,6 +37,10 @@ void AddCodecsCommand(CLI::App& app);
 // threads, against plain TCP loopback measured in the same run (transport_bench.cc).
 void AddTransportCommand(CLI::App& app);
 
+// `train`: ms per training step through the server (the config's method, workers as
+// threads) vs one process training the same total batch, in the same run (train_bench.cc).
+void AddTrainCommand(CLI::App& app);
+
 // Helpers shared by the subcommands (defined in codecs_bench.cc).
 
 // "topk ratio=0.01 then=qsgd levels=8": everything after a then= token is the quantizer's

@@ -2,6 +2,7 @@
 //
 //   gradpress-bench codecs --numel 25000000 --json
 //   gradpress-bench transport --numel 25000000 --steps 20 --json
+//   gradpress-bench train --config configs/lenet_fmnist_m1.yaml --steps 200
 //
 // Exit status: 0 on success, 2 on bad command-line input (CLI11 parse errors and
 // gradpress::Error, which subcommands throw while validating), 1 on any other failure.
@@ -23,11 +24,13 @@ int main(int argc, char** argv) {
   }
   namespace bench = gradpress::bench;
   CLI::App app{
-      "gradpress benchmarks: codec throughput and ratio (codecs), server transport (transport)"};
+      "gradpress benchmarks: codec throughput and ratio (codecs), server transport (transport), "
+      "step time through the server (train)"};
   app.name("gradpress-bench");
   app.require_subcommand(1);
   bench::AddCodecsCommand(app);
   bench::AddTransportCommand(app);
+  bench::AddTrainCommand(app);
 
   try {
     app.parse(argc, argv);  // runs the chosen subcommand
