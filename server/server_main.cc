@@ -1,6 +1,6 @@
 // gradpress-server: the parameter-server daemon.
 //
-//   gradpress-server --config configs/lenet_fmnist_m5.yaml --listen 0.0.0.0:50051 \
+//   gradpress-server --config configs/lenet_fmnist_m5.yaml --listen 0.0.0.0:50051
 //       --workers 2 --set server.threads=4
 //
 // Parse CLI -> load config -> build the store, service and runner -> serve until SIGTERM or

@@ -344,7 +344,8 @@ TrainSummary Trainer::Run() {
   s.network_ms /= d;
   s.wait_ms /= d;
   s.wall_s = wall.ElapsedSeconds();
-  if (opt_.rank == 0) WriteSummary(s);
+  if (opt_.rank == 0 && done > 0) WriteSummary(s);  // a resumed, finished run keeps its own
+  if (done == 0) spdlog::info("worker-{}: nothing left to train at step {}", opt_.rank, step_);
   return s;
 }
 

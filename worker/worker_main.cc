@@ -1,6 +1,6 @@
 // gradpress-worker: one training process of a gradpress job.
 //
-//   gradpress-worker --config configs/lenet_fmnist_m5.yaml --rank 0 --workers 2 \
+//   gradpress-worker --config configs/lenet_fmnist_m5.yaml --rank 0 --workers 2
 //       --server 127.0.0.1:50051 --run-dir runs/x/20261122-1200 --set train.epochs=1
 //
 // Parse CLI -> load config (file + --set overrides) -> resolve identity (flags, then RANK /
