@@ -44,9 +44,15 @@ void MetricsHttp::Serve() {
     if (c < 0) continue;
     timeval tv{1, 0};
     ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    // Read the whole request head: closing with unread bytes makes the kernel send a reset,
+    // which can cut the response off at the client.
+    std::string req;
     char buf[1024];
-    const ssize_t n = ::recv(c, buf, sizeof(buf) - 1, 0);
-    std::string req(buf, n > 0 ? static_cast<size_t>(n) : 0);
+    while (req.find("\r\n\r\n") == std::string::npos && req.size() < 16384) {
+      const ssize_t n = ::recv(c, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      req.append(buf, static_cast<size_t>(n));
+    }
     std::string body, status = "404 Not Found";
     if (req.rfind("GET /metrics", 0) == 0) {
       status = "200 OK";
@@ -61,6 +67,9 @@ void MetricsHttp::Serve() {
                              "\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: " +
                              std::to_string(body.size()) + "\r\n\r\n" + body;
     ::send(c, resp.data(), resp.size(), MSG_NOSIGNAL);
+    ::shutdown(c, SHUT_WR);  // then drain what the client still sends, so close sends no reset
+    while (::recv(c, buf, sizeof(buf), 0) > 0) {
+    }
     ::close(c);
   }
 }

@@ -124,7 +124,8 @@ grpc::Status ParameterService::PushPull(
     ReceivedPush push = ReadPush(stream, store_->model());
     const auto& h = push.header;
     PushPullResult r = store_->PushPull(Id(h.worker_id(), h.incarnation()), h.step(), h.base_step(),
-                                        std::move(push.payloads), Deadline(ctx));
+                                        std::move(push.payloads), Deadline(ctx), /*wait=*/true,
+                                        h.has_lr() ? std::optional<double>(h.lr()) : std::nullopt);
     WriteResult(stream, *r.result, r.wait_ms, r.apply_ms + r.result->server_ms, store_);
     return grpc::Status::OK;
   } catch (...) {
@@ -139,7 +140,8 @@ grpc::Status ParameterService::Push(grpc::ServerContext* ctx,
     ReceivedPush push = ReadPush(reader, store_->model());
     const auto& h = push.header;
     PushPullResult r = store_->PushPull(Id(h.worker_id(), h.incarnation()), h.step(), h.base_step(),
-                                        std::move(push.payloads), Deadline(ctx), /*wait=*/false);
+                                        std::move(push.payloads), Deadline(ctx), /*wait=*/false,
+                                        h.has_lr() ? std::optional<double>(h.lr()) : std::nullopt);
     reply->set_step(store_->step());
     reply->set_duplicate(r.duplicate);
     return grpc::Status::OK;

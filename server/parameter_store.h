@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -123,9 +124,11 @@ class ParameterStore {
   // Async: applies it (base_step = the step of the weights it was computed on) and returns
   // the current weights.
   // wait=false (the Push RPC): returns once applied, with a null result in sync mode.
+  // lr (exchange=weights): the learning rate of the server's SGD step this push completes
+  // (the workers' schedule; sync uses the last push's); unset = options' sgd.lr.
   PushPullResult PushPull(const WorkerId& w, int64_t step, int64_t base_step,
                           std::vector<KeyPayload> pushes, Clock::time_point deadline,
-                          bool wait = true);
+                          bool wait = true, std::optional<double> lr = std::nullopt);
   // Sync: the result of `step`, waiting for it until `deadline` (step -1: the newest now).
   // Async: the current weights.
   std::shared_ptr<const StepResult> Pull(const WorkerId& w, int64_t step,
@@ -198,7 +201,8 @@ class ParameterStore {
   // Async: the current weights with the pull codec, encoded once per server step.
   std::shared_ptr<const StepResult> AsyncWeights();  // mu_ held
   PushPullResult AsyncPush(const WorkerId& w, int64_t step, int64_t base_step,
-                           const std::vector<const compressors::Payload*>& ordered);
+                           const std::vector<const compressors::Payload*>& ordered,
+                           std::optional<double> lr);
   const compressors::Compressor& Decoder(const std::string& codec);
   std::shared_ptr<const StepResult> FindResult(int64_t step) const;  // mu_ held
 
@@ -222,6 +226,7 @@ class ParameterStore {
   std::map<std::string, int> in_call_;  // calls inside PushPull (incl. the barrier wait)
   int contributors_ = 0;
   double open_step_apply_ms_ = 0;
+  std::optional<double> open_step_lr_;                     // lr the open step's pushes asked for
   std::deque<std::shared_ptr<const StepResult>> results_;  // newest last, a few kept
   std::shared_ptr<const StepResult> weights_result_;       // async cache, by step_
   struct Election {

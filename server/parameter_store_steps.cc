@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "common/error.h"
@@ -15,7 +16,9 @@ using compressors::Payload;
 
 PushPullResult ParameterStore::PushPull(const WorkerId& w, int64_t step, int64_t base_step,
                                         std::vector<KeyPayload> pushes, Clock::time_point deadline,
-                                        bool wait) {
+                                        bool wait, std::optional<double> lr) {
+  GP_ENFORCE(!lr || (std::isfinite(*lr) && *lr >= 0), "worker '", w.name, "': learning rate ",
+             lr.value_or(0), " is not a finite number >= 0");
   // A worker inside a call (pushing, or waiting at the barrier) is alive.
   struct InCall {
     ParameterStore* s;
@@ -75,7 +78,7 @@ PushPullResult ParameterStore::PushPull(const WorkerId& w, int64_t step, int64_t
   try {
     ordered = Validate(pushes);
     if (opt_.async) {
-      auto r = AsyncPush(w, step, base_step, ordered);
+      auto r = AsyncPush(w, step, base_step, ordered, lr);
       r.apply_ms = apply.ElapsedMs();
       return r;
     }
@@ -94,6 +97,7 @@ PushPullResult ParameterStore::PushPull(const WorkerId& w, int64_t step, int64_t
   ++contributors_;
   stats_.bytes_in += bytes;
   open_step_apply_ms_ += apply_ms;
+  if (lr) open_step_lr_ = lr;
   auto ws = workers_.find(w.name);
   ws->second.last_step = step;
   MaybeFinalize();
@@ -107,7 +111,8 @@ PushPullResult ParameterStore::PushPull(const WorkerId& w, int64_t step, int64_t
 }
 
 PushPullResult ParameterStore::AsyncPush(const WorkerId& w, int64_t step, int64_t base_step,
-                                         const std::vector<const Payload*>& ordered) {
+                                         const std::vector<const Payload*>& ordered,
+                                         std::optional<double> lr) {
   std::lock_guard<std::mutex> lock(mu_);
   in_flight_.erase(w.name);
   WorkerState& ws = workers_.at(w.name);
@@ -121,11 +126,13 @@ PushPullResult ParameterStore::AsyncPush(const WorkerId& w, int64_t step, int64_
                              std::to_string(opt_.max_staleness) + ")");
   }
   Timer t;
+  SgdOptions sgd = opt_.sgd;
+  if (lr) sgd.lr = *lr;
   pool_.ParallelFor(static_cast<int64_t>(keys_.size()), [&](int64_t i) {
     KeyState& k = *keys_[i];
     std::vector<float> grad(k.numel);
     Decoder(ordered[i]->codec).DecodeTo(ordered[i]->bytes, k.numel, grad.data());
-    SgdStep(opt_.sgd, k.weights.data(), grad.data(), k.numel, &k.sgd);
+    SgdStep(sgd, k.weights.data(), grad.data(), k.numel, &k.sgd);
   });
   for (const auto* p : ordered) stats_.bytes_in += p->bytes.size();
   ws.last_step = step;
@@ -149,11 +156,13 @@ void ParameterStore::MaybeFinalize() {
   Timer t;
   // Mean of the pushes received; exchange=weights then steps the optimizer on it.
   const float inv = 1.f / static_cast<float>(contributors_);
+  SgdOptions sgd = opt_.sgd;
+  if (open_step_lr_) sgd.lr = *open_step_lr_;
   pool_.ParallelFor(static_cast<int64_t>(keys_.size()), [&](int64_t i) {
     KeyState& k = *keys_[i];
     for (float& a : k.accum) a *= inv;
     if (opt_.exchange_weights) {
-      SgdStep(opt_.sgd, k.weights.data(), k.accum.data(), k.numel, &k.sgd);
+      SgdStep(sgd, k.weights.data(), k.accum.data(), k.numel, &k.sgd);
     }
   });
   std::shared_ptr<StepResult> result = Encode(step_, opt_.exchange_weights, false);
@@ -168,6 +177,7 @@ void ParameterStore::MaybeFinalize() {
   pushed_.clear();
   contributors_ = 0;
   open_step_apply_ms_ = 0;
+  open_step_lr_.reset();
   step_cv_.notify_all();
   MaybeCheckpoint();
   if (opt_.stats_every > 0 && stats_.steps % opt_.stats_every == 0) {

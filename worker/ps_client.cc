@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "common/byte_io.h"
@@ -113,13 +114,14 @@ auto WithRetry(const ClientOptions& opt, const char* what, Fn&& call) -> decltyp
   }
 }
 
-void FillHeader(const ClientOptions& opt, int64_t step, int64_t base_step,
+void FillHeader(const ClientOptions& opt, int64_t step, int64_t base_step, std::optional<double> lr,
                 proto::PushMessage* msg) {
   auto* h = msg->mutable_header();
   h->set_worker_id(opt.worker_id);
   h->set_incarnation(opt.incarnation);
   h->set_step(step);
   h->set_base_step(base_step);
+  if (lr) h->set_lr(*lr);
 }
 
 template <typename Writer>
@@ -235,7 +237,7 @@ bool PsClient::UploadWeights(bool publish, int64_t round,
     auto writer =
         publish ? impl_->stub->PublishWeights(ctx, &reply) : impl_->stub->InitWeights(ctx, &reply);
     proto::PushMessage header;
-    FillHeader(opt_, round, 0, &header);
+    FillHeader(opt_, round, 0, std::nullopt, &header);
     if (writer->Write(header)) WritePayloads(writer.get(), payloads);
     writer->WritesDone();
     transport::ThrowIfError(writer->Finish(), publish ? "PublishWeights" : "InitWeights");
@@ -318,7 +320,7 @@ StepStats PsClient::PushPull(int64_t step, const std::vector<torch::Tensor>& gra
   std::vector<KeyPayload> got = WithRetry(opt_, "PushPull", [&](grpc::ClientContext* ctx) {
     auto stream = impl_->stub->PushPull(ctx);
     proto::PushMessage msg;
-    FillHeader(opt_, step, base_step, &msg);
+    FillHeader(opt_, step, base_step, server_lr_, &msg);
     if (stream->Write(msg)) WritePayloads(stream.get(), payloads);
     stream->WritesDone();
     auto result = ReadResult(stream.get(), impl_->model, &header);
@@ -339,7 +341,7 @@ StepStats PsClient::Push(int64_t step, const std::vector<torch::Tensor>& grads, 
     proto::PushReply r;
     auto writer = impl_->stub->Push(ctx, &r);
     proto::PushMessage msg;
-    FillHeader(opt_, step, base_step, &msg);
+    FillHeader(opt_, step, base_step, server_lr_, &msg);
     if (writer->Write(msg)) WritePayloads(writer.get(), payloads);
     writer->WritesDone();
     transport::ThrowIfError(writer->Finish(), "Push");

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -99,12 +100,17 @@ class PsClient {
   std::string SaveState() const;
   void LoadState(std::string_view state);
 
+  // exchange=weights: the learning rate the server's SGD uses for the steps this client's
+  // next pushes complete (the worker's schedule); never set = the server's train.lr.
+  void set_server_lr(double lr) { server_lr_ = lr; }
+
   const ClientOptions& options() const { return opt_; }
   struct Impl;  // stub, per-key codecs, decoders (ps_client.cc)
 
  private:
   bool UploadWeights(bool publish, int64_t round, const std::vector<torch::Tensor>& params);
   ClientOptions opt_;
+  std::optional<double> server_lr_;
   std::unique_ptr<Impl> impl_;
 };
 

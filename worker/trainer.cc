@@ -149,8 +149,10 @@ void Trainer::Connect() {
   std::vector<torch::Tensor> weights = Parameters();  // aliases: InitOrPull writes into them
   client_->InitOrPull(&weights);
   // A rejoining worker (server already past step 0) continues at the server's step (for
-  // method 6 the server counts syncs, every sync.every local steps).
-  sync_round_ = info.server_step;
+  // method 6 the server counts syncs, every sync.every local steps). In async mode the
+  // server counts every worker's pushes: a worker's own steps start at 0.
+  const bool async = opt_.config.sync.mode == "async";
+  sync_round_ = async ? 0 : info.server_step;
   base_step_ = info.server_step;
   step_ = sync_round_ * opt_.config.sync.every;
   anchor_.clear();
@@ -192,7 +194,18 @@ StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labe
     if (++since_sync_ == opt_.config.sync.every) st = Sync();
   } else if (exchange_weights_) {
     std::vector<torch::Tensor> weights = Parameters();
-    st = client_->PushPull(step_, grads, &weights, base_step_);
+    try {
+      st = client_->PushPull(step_, grads, &weights, base_step_);
+    } catch (const FailedPrecondition& e) {
+      // Async: a gradient older than sync.max_staleness steps is refused; drop it and go on
+      // from the server's current weights (the usual asynchronous-SGD rule).
+      if (opt_.config.sync.mode != "async" ||
+          std::string(e.what()).find("steps stale") == std::string::npos)
+        throw;
+      spdlog::debug("worker-{} step {}: {}; pulling fresh weights", opt_.rank, step_, e.what());
+      st = client_->Pull(&weights);
+      m.stale = true;
+    }
     base_step_ = st.server_step;  // async: the server step of the weights now held
   } else {
     st = client_->PushPull(step_, grads, &received_);
@@ -262,8 +275,11 @@ TrainSummary Trainer::Run() {
         stop = true;
         break;
       }
-      if (!exchange_weights_)
-        ApplyLr(ScheduledLr(c.train, static_cast<double>(step_) / steps_per_epoch));
+      const double lr = ScheduledLr(c.train, static_cast<double>(step_) / steps_per_epoch);
+      if (exchange_weights_)
+        client_->set_server_lr(lr);  // methods 1-2: the server steps with the schedule
+      else
+        ApplyLr(lr);
       data::Dataset b = data::GatherBatch(data_.train, idx, i * batch, (i + 1) * batch);
       torch::Tensor images = augment ? data::AugmentCifar(b.images, &rng_) : b.images;
       StepMetrics m = Step(images, b.labels);

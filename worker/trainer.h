@@ -15,10 +15,11 @@
 //   worker applies the same gradient to the same weights. The lr follows train.lr_schedule
 //   (lr_schedule.h) by fractional epoch.
 // exchange=weights (methods 1-2): the server steps SGD and returns weights, copied into the
-//   parameters. Limitation: the server's lr is constant (train.lr); lr_schedule is ignored.
+//   parameters; each push carries the lr of the worker's schedule for the server's step.
 // sync.mode async (methods 1-2 only): each push is applied by the server at once and the
 //   current weights come back; the push names the server step of the weights it was computed
-//   on, and the server refuses it if that is more than sync.max_staleness steps behind.
+//   on, and the server refuses it if that is more than sync.max_staleness steps behind; the
+//   trainer then drops that gradient and pulls the current weights.
 // Data: data::EpochIndices(n, rank, workers, epoch, seed); step s of an epoch trains on the
 //   shard's indices [s*b, (s+1)*b) (the last batch may be short, equally on every rank).
 //   cifar10 batches get AugmentCifar; other datasets are not augmented.
@@ -76,6 +77,7 @@ struct StepMetrics {
   double encode_ms = 0, decode_ms = 0, network_ms = 0, wait_ms = 0;
   double step_ms = 0;   // wall time of the whole step
   int64_t correct = 0;  // correct predictions in the batch (train accuracy)
+  bool stale = false;   // async: the push was refused as too stale (dropped)
 };
 
 struct EpochMetrics {

@@ -121,6 +121,17 @@ void Trainer::Resume(int64_t server_step) {
                  checkpoint_dir_, server_step);
     return;
   }
+  if (opt_.config.sync.mode == "async") {
+    // Async steps are the worker's own: resume its newest checkpoint (data cursor, residuals)
+    // and take the server's current weights, which moved on without it.
+    std::optional<Checkpoint> c = LoadLatestCheckpoint(checkpoint_dir_);
+    GP_ENFORCE(c.has_value(), "no readable checkpoint in ", checkpoint_dir_);
+    RestoreCheckpoint(*c);
+    std::vector<torch::Tensor> weights = Parameters();
+    client_->PullWeights(&weights);
+    spdlog::info("worker-{}: resumed from {} (own step {}, async)", opt_.rank, c->path, step_);
+    return;
+  }
   std::optional<Checkpoint> c =
       LoadLatestCheckpoint(checkpoint_dir_, [&](int64_t s) { return s == server_step; });
   if (c) {
