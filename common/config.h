@@ -66,15 +66,32 @@ struct ClusterConfig {
 
 struct SyncConfig {
   std::string mode = "sync";             // sync | async
-  std::string exchange = "gradients";    // gradients | weights (what comes back)
+  std::string exchange = "gradients";    // gradients | weights | gaussian (what comes back;
+                                         // gaussian: per-key mean and std only, see trainer.h)
   int every = 1;                         // steps between syncs (method 6: 20)
   int max_staleness = 4;                 // async: oldest push accepted, in steps
   std::string model_selection = "best";  // best | average: the per-epoch rule of method 6
 };
 
+// Dynamic compression (worker/compression_schedule.h): the push codec moves along `ladder`
+// (codec specs separated by '|', fewest bits first) when training stalls.
+struct DynamicCompressionConfig {
+  std::string ladder;            // "" = off
+  double acc_threshold = 0.005;  // test-accuracy gain per epoch below which a rung stalls
+  double loss_threshold = 0.02;  // relative train-loss decrease per epoch, likewise
+  int patience = 4;              // epochs on one rung before compression is removed
+  int uncompressed_epochs = 1;   // epochs without compression after that
+};
+
 struct CompressConfig {
   int min_numel = 1024;  // smaller tensors travel uncompressed
   bool skip_1d = false;  // 1-D tensors (bias, BN) travel uncompressed
+  // Deep Gradient Compression (Lin et al. 2018) on the push side:
+  double momentum_correction = 0;  // > 0: the momentum applied inside the push codec (DGC);
+                                   //   the local optimizer then runs without momentum
+  double clip_norm = 0;            // > 0: clip each worker's gradient to clip_norm/sqrt(N)
+  int warmup_epochs = 0;           // sparsity warm-up: density max(ratio, 0.25^(e+1))
+  DynamicCompressionConfig dynamic;
 };
 
 struct ServerConfig {

@@ -89,6 +89,10 @@ class Compressor {
   virtual void SaveState(std::string* out) const;
   virtual void LoadState(std::string_view in);
 
+  // Changes the fraction of elements a sparsifier keeps (DGC's sparsity warm-up), keeping
+  // all state; decorators and pipelines forward it. False if the codec has no density.
+  virtual bool SetDensity(double /*ratio*/) { return false; }
+
   // Host-memory convenience wrappers around the kernels.
   std::string EncodeBytes(const float* in, int64_t n, const StepContext& ctx = {});
   std::vector<float> DecodeBytes(std::string_view bytes, int64_t n) const;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "common/error.h"
+
 namespace gradpress::compressors {
 
 DgcCompressor::DgcCompressor(ParamReader& r)
@@ -26,6 +28,12 @@ void DgcCompressor::Select(const float* in, int64_t n, const StepContext&, Selec
     t *= 0.75f;
   }
   KeepLargest(sel, k);
+}
+
+bool DgcCompressor::SetDensity(double ratio) {
+  GP_ENFORCE(ratio > 0 && ratio <= 1, "dgc: density ", ratio, " is not in (0, 1]");
+  ratio_ = ratio;
+  return true;
 }
 
 }  // namespace gradpress::compressors

@@ -21,6 +21,7 @@ class DgcCompressor : public Sparsifier {
   void Select(const float* in, int64_t n, const StepContext& ctx, Selection* sel) override;
   void SaveState(std::string* out) const override { SaveRngState(rng_, out); }
   void LoadState(std::string_view in) override { LoadRngState(in, "dgc", &rng_); }
+  bool SetDensity(double ratio) override;
 
  private:
   double ratio_;

@@ -29,6 +29,7 @@ class ErrorFeedback : public Compressor {
   // State: varint numel, the residual's floats, then the inner codec's state.
   void SaveState(std::string* out) const override;
   void LoadState(std::string_view in) override;
+  bool SetDensity(double ratio) override { return inner_->SetDensity(ratio); }
 
   const std::vector<float>& residual() const { return residual_; }
   // Restores a residual (checkpoints); its size fixes the numel.

@@ -18,6 +18,7 @@ class GaussianKCompressor : public Sparsifier {
   explicit GaussianKCompressor(ParamReader& r);
   std::string Name() const override { return "gaussiank"; }
   void Select(const float* in, int64_t n, const StepContext& ctx, Selection* sel) override;
+  bool SetDensity(double ratio) override;
 
  private:
   double z_;

@@ -24,6 +24,7 @@ class Pipeline : public Compressor {
   // State: varint length + the sparsifier's state, then the quantizer's.
   void SaveState(std::string* out) const override;
   void LoadState(std::string_view in) override;
+  bool SetDensity(double ratio) override { return sparsifier_->SetDensity(ratio); }
 
  private:
   std::unique_ptr<Sparsifier> sparsifier_;

@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "common/error.h"
+
 namespace gradpress::compressors {
 
 RandomKCompressor::RandomKCompressor(ParamReader& r)
@@ -51,6 +53,12 @@ void RandomKCompressor::ReadIndices(ByteReader& r, int64_t n, std::vector<int32_
   GP_ENFORCE(k <= static_cast<uint64_t>(n), "randomk: k=", k, " exceeds numel ", n);
   const auto seed = r.Get<uint64_t>("seed");
   StratifiedIndices(seed, static_cast<int64_t>(k), n, indices);
+}
+
+bool RandomKCompressor::SetDensity(double ratio) {
+  GP_ENFORCE(ratio > 0 && ratio <= 1, "randomk: density ", ratio, " is not in (0, 1]");
+  ratio_ = ratio;
+  return true;
 }
 
 }  // namespace gradpress::compressors

@@ -25,6 +25,7 @@ class RandomKCompressor : public Sparsifier {
   void Select(const float* in, int64_t n, const StepContext& ctx, Selection* sel) override;
   void WriteIndices(const Selection& sel, std::string* out) const override;
   void ReadIndices(ByteReader& r, int64_t n, std::vector<int32_t>* indices) const override;
+  bool SetDensity(double ratio) override;
 
  private:
   double ratio_;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "common/error.h"
+
 namespace gradpress::compressors {
 
 TopKCompressor::TopKCompressor(ParamReader& r)
@@ -34,6 +36,13 @@ void SelectTopK(const float* in, int64_t n, int64_t k, Rng* rng, Selection* sel)
     aim = std::min(1.0, aim * 4.0);
   }
   KeepLargest(sel, k);
+}
+
+bool TopKCompressor::SetDensity(double ratio) {
+  GP_ENFORCE(ratio > 0 && ratio <= 1, "topk: density ", ratio, " is not in (0, 1]");
+  ratio_ = ratio;
+  k_ = 0;
+  return true;
 }
 
 }  // namespace gradpress::compressors

@@ -24,6 +24,7 @@ class TopKCompressor : public Sparsifier {
   void Select(const float* in, int64_t n, const StepContext& ctx, Selection* sel) override;
   void SaveState(std::string* out) const override { SaveRngState(rng_, out); }
   void LoadState(std::string_view in) override { LoadRngState(in, "topk", &rng_); }
+  bool SetDensity(double ratio) override;
 
  private:
   double ratio_;

@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/tensor_bytes.h"
 #include "common/timer.h"
+#include "compressors/momentum_correction.h"
 #include "compressors/registry.h"
 #include "proto/gradpress.grpc.pb.h"
 #include "transport/chunks.h"
@@ -57,9 +58,12 @@ namespace {
 
 // The push codec (with its error feedback) of one key: small tensors travel uncompressed.
 std::unique_ptr<Compressor> MakePushCodec(const ClientOptions& o, const TensorSpec& s) {
-  compressors::CompressorConfig c = o.push;
-  if (!compressors::TravelsCompressed(s.shape, o.min_numel, o.skip_1d)) c = {};
-  return compressors::MakeCompressor(c);
+  if (!compressors::TravelsCompressed(s.shape, o.min_numel, o.skip_1d))
+    return compressors::MakeCompressor({});
+  std::unique_ptr<Compressor> c = compressors::MakeCompressor(o.push);
+  if (o.momentum_correction > 0)
+    c = std::make_unique<compressors::MomentumCorrection>(std::move(c), o.momentum_correction);
+  return c;
 }
 
 // Reads a PullHeader and the chunks of a reply stream.
@@ -428,6 +432,24 @@ void PsClient::LoadState(std::string_view state) {
   }
   r.ExpectEnd();
   impl_->push = std::move(fresh);
+}
+
+void PsClient::SetPushCodec(const compressors::CompressorConfig& push) {
+  GP_ENFORCE(!impl_->model.empty(), "SetPushCodec before Register");
+  ClientOptions o = opt_;
+  o.push = push;
+  std::vector<std::unique_ptr<Compressor>> fresh;
+  for (const auto& s : impl_->model) fresh.push_back(MakePushCodec(o, s));  // validates all
+  opt_.push = push;
+  impl_->push = std::move(fresh);
+}
+
+bool PsClient::SetPushDensity(double ratio) {
+  bool any = false;
+  for (size_t i = 0; i < impl_->push.size(); ++i)
+    if (compressors::TravelsCompressed(impl_->model[i].shape, opt_.min_numel, opt_.skip_1d))
+      any = impl_->push[i]->SetDensity(ratio) || any;
+  return any;
 }
 
 }  // namespace gradpress::worker

@@ -43,8 +43,10 @@ struct ClientOptions {
   int max_retries = 10;                // UNAVAILABLE retries per call
   double backoff_initial_s = 0.05;     // doubled per retry, capped at backoff_max_s
   double backoff_max_s = 5;
-  double heartbeat_s = 0;  // > 0: a background Heartbeat this often after Register,
-                           // so long local phases (evaluation) do not look silent
+  double momentum_correction = 0;  // > 0: compressed keys' push codecs are wrapped in DGC's
+                                   // MomentumCorrection with this momentum
+  double heartbeat_s = 0;          // > 0: a background Heartbeat this often after Register,
+                                   // so long local phases (evaluation) do not look silent
 };
 
 struct RegisterInfo {
@@ -99,6 +101,12 @@ class PsClient {
   // InvalidArgument and changes nothing.
   std::string SaveState() const;
   void LoadState(std::string_view state);
+  // Replaces the push codec of every compressed key (dynamic compression); the new codecs
+  // start with fresh state. Requires Register.
+  void SetPushCodec(const compressors::CompressorConfig& push);
+  // Sets the density of every compressed key's sparsifier, keeping all state (DGC warm-up).
+  // False if the push codec has no density.
+  bool SetPushDensity(double ratio);
 
   // exchange=weights: the learning rate the server's SGD uses for the steps this client's
   // next pushes complete (the worker's schedule); never set = the server's train.lr.

@@ -14,6 +14,8 @@
 #include "common/error.h"
 #include "common/timer.h"
 #include "compressors/compressor_config.h"
+#include "compressors/registry.h"
+#include "worker/compression_schedule.h"
 #include "worker/data/random.h"
 #include "worker/data/sampler.h"
 #include "worker/data/transforms.h"
@@ -87,10 +89,23 @@ Trainer::Trainer(TrainerOptions options)
              "sync.exchange: weights and sync.every: 1 (methods 1-2)");
   GP_ENFORCE(c.sync.every == 1 || c.sync.exchange == "gradients", "sync.every ", c.sync.every,
              " (method 6) needs sync.exchange: gradients");
-  GP_ENFORCE(c.sync.exchange == "gradients" || c.sync.exchange == "weights", "sync.exchange: '",
-             c.sync.exchange, "' is not one of gradients, weights");
+  GP_ENFORCE(c.sync.exchange == "gradients" || c.sync.exchange == "weights" ||
+                 c.sync.exchange == "gaussian",
+             "sync.exchange: '", c.sync.exchange, "' is not one of gradients, weights, gaussian");
   GP_ENFORCE(c.train.batch_size >= 1, "train.batch_size must be >= 1");
   exchange_weights_ = c.sync.exchange == "weights";
+  gaussian_ = c.sync.exchange == "gaussian";
+  GP_ENFORCE(!gaussian_ || (c.sync.every == 1 && c.sync.mode == "sync"),
+             "sync.exchange: gaussian runs in sync mode with sync.every: 1");
+  const bool dgc = c.compress.momentum_correction > 0;
+  GP_ENFORCE(!dgc || (c.sync.exchange == "gradients" && c.sync.every == 1),
+             "compress.momentum_correction (DGC) needs sync.exchange: gradients and sync.every: 1");
+  GP_ENFORCE(!dgc || !c.push.error_feedback,
+             "compress.momentum_correction keeps the unsent remainder itself: set "
+             "push.error_feedback: false");
+  GP_ENFORCE(c.compress.dynamic.ladder.empty() || (!dgc && c.compress.warmup_epochs == 0),
+             "compress.dynamic.ladder replaces the push codec: it does not combine with DGC's "
+             "momentum correction or warm-up");
   torch::set_num_threads(std::max(1, c.train.threads));
 
   data_ = data::LoadDataset(c.dataset.name, c.dataset.path, c.dataset.subset, c.dataset.test_subset,
@@ -110,7 +125,11 @@ Trainer::Trainer(TrainerOptions options)
   }
   if (!exchange_weights_) {
     torch::optim::SGDOptions so(c.train.lr);
-    so.momentum(c.train.momentum).weight_decay(c.train.weight_decay).nesterov(c.train.nesterov);
+    // DGC: the momentum lives in the push codec (momentum correction); the averaged update is
+    // applied with plain SGD.
+    so.momentum(dgc ? 0.0 : c.train.momentum)
+        .weight_decay(c.train.weight_decay)
+        .nesterov(!dgc && c.train.nesterov);
     optimizer_ = std::make_unique<torch::optim::SGD>(params_, so);
   }
 
@@ -122,9 +141,21 @@ Trainer::Trainer(TrainerOptions options)
   co.push = compressors::FromCodecSpec(c.push);
   co.min_numel = c.compress.min_numel;
   co.skip_1d = c.compress.skip_1d;
+  co.momentum_correction = c.compress.momentum_correction;
   co.deadline_s = c.server.deadline_s;
   co.heartbeat_s = c.server.worker_timeout_s / 4;
   client_ = std::make_unique<PsClient>(co);
+  if (!c.compress.dynamic.ladder.empty()) {
+    controller_ = std::make_unique<CompressionController>(c.compress.dynamic);
+    for (const auto& spec : SplitLadder(c.compress.dynamic.ladder))
+      compressors::MakeCompressor(compressors::ParseCompressorSpec(spec));  // all valid now
+  }
+  if (c.compress.warmup_epochs > 0) {
+    const auto ratio = c.push.params.find("ratio");
+    GP_ENFORCE(ratio != c.push.params.end(), "compress.warmup_epochs needs push.ratio (the ",
+               "density the warm-up ends at)");
+    push_ratio_ = std::stod(ratio->second);
+  }
   rng_.seed(data::MixSeed(static_cast<uint64_t>(c.train.seed), opt_.rank));
   checkpoint_dir_ = opt_.checkpoint_dir;
   if (checkpoint_dir_.empty() && !opt_.run_dir.empty())
@@ -143,11 +174,20 @@ void Trainer::Connect() {
   if (connected_) return;
   std::vector<compressors::TensorSpec> specs;
   for (const auto& item : model_->named_parameters())
-    specs.push_back({item.key(), item.value().sizes().vec()});
+    specs.push_back({item.key(), gaussian_ ? std::vector<int64_t>{2} : item.value().sizes().vec()});
   RegisterInfo info = client_->Register(specs);
   server_rank_ = info.rank;  // the server's numbering (registration order), used by Elect
-  std::vector<torch::Tensor> weights = Parameters();  // aliases: InitOrPull writes into them
-  client_->InitOrPull(&weights);
+  if (gaussian_) {
+    // The server holds (mean, std) per key; every worker starts from the same seeded init.
+    stats_.assign(params_.size(), torch::Tensor());
+    for (auto& t : stats_) t = torch::zeros({2});
+    std::vector<torch::Tensor> init = stats_;
+    client_->InitOrPull(&init);
+  } else {
+    std::vector<torch::Tensor> weights = Parameters();  // aliases: InitOrPull writes into them
+    client_->InitOrPull(&weights);
+  }
+  if (controller_) SetPushCodec(controller_->current(), /*epoch=*/-1);
   // A rejoining worker (server already past step 0) continues at the server's step (for
   // method 6 the server counts syncs, every sync.every local steps). In async mode the
   // server counts every worker's pushes: a worker's own steps start at 0.
@@ -184,6 +224,9 @@ StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labe
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
     grads.push_back(p.grad());
   }
+  if (opt_.config.compress.clip_norm > 0)  // DGC's local clipping: N^(-1/2) of the threshold
+    torch::nn::utils::clip_grad_norm_(params_,
+                                      opt_.config.compress.clip_norm / std::sqrt(opt_.workers));
   m.compute_ms = t.ElapsedMs();
 
   StepStats st;
@@ -192,6 +235,11 @@ StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labe
     optimizer_->step();  // the worker's own gradient; the update is pushed at the next sync
     m.compute_ms += t.ElapsedMs();
     if (++since_sync_ == opt_.config.sync.every) st = Sync();
+  } else if (gaussian_) {
+    st = ExchangeGaussian(grads);
+    t.Restart();
+    optimizer_->step();
+    m.compute_ms += t.ElapsedMs();
   } else if (exchange_weights_) {
     std::vector<torch::Tensor> weights = Parameters();
     try {
@@ -223,6 +271,50 @@ StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labe
   ++step_;
   m.step_ms = step_timer.ElapsedMs();
   return m;
+}
+
+StepStats Trainer::ExchangeGaussian(const std::vector<torch::Tensor>& grads) {
+  // Each key's (mean, std) goes up; the mean over workers comes back; the local gradient is
+  // standardised and rescaled to it: g' = (g - mean_i) / std_i * std + mean.
+  std::vector<torch::Tensor> local(grads.size()), global(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    torch::Tensor g = grads[i].detach().to(torch::kCPU, torch::kFloat64);
+    const double mean = g.mean().item<double>();
+    const double std = grads[i].numel() > 1 ? g.std(/*unbiased=*/false).item<double>() : 0.0;
+    local[i] = torch::tensor({static_cast<float>(mean), static_cast<float>(std)});
+    global[i] = torch::zeros({2});
+  }
+  StepStats st = client_->PushPull(step_, local, &global);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const float mean_i = local[i][0].item<float>(), std_i = local[i][1].item<float>();
+    const float mean = global[i][0].item<float>(), std = global[i][1].item<float>();
+    torch::Tensor g = params_[i].mutable_grad();
+    if (std_i > 1e-12f)
+      g.sub_(mean_i).mul_(std / std_i).add_(mean);
+    else
+      g.fill_(mean);
+  }
+  return st;
+}
+
+void Trainer::SetPushCodec(const CompressionDecision& d, int64_t epoch) {
+  client_->SetPushCodec(d.spec == "none" ? compressors::CompressorConfig{}
+                                         : compressors::ParseCompressorSpec(d.spec));
+  if (epoch < 0) {
+    spdlog::info("worker-{} push codec: {} (dynamic compression, rung {})", opt_.rank, d.spec,
+                 d.rung);
+    return;
+  }
+  spdlog::info("worker-{} epoch {}: push codec -> {} ({})", opt_.rank, epoch, d.spec, d.reason);
+  AppendLine(JsonLine()
+                 .Int("rank", opt_.rank)
+                 .Int("epoch", epoch)
+                 .Int("step", step_)
+                 .Str("push_codec", d.spec)
+                 .Int("rung", d.rung)
+                 .Str("reason", d.reason)
+                 .Done());
 }
 
 double Trainer::Evaluate() {
@@ -269,7 +361,24 @@ TrainSummary Trainer::Run() {
     const std::vector<int64_t> idx =
         data::EpochIndices(n, opt_.rank, opt_.workers, epoch, static_cast<uint64_t>(c.train.seed));
     int64_t correct = 0, seen = 0;
+    double loss_sum = 0;
+    int64_t epoch_steps = 0;
     bool stop = false;
+    if (c.compress.warmup_epochs > 0) {
+      const double density = WarmupDensity(push_ratio_, c.compress.warmup_epochs, epoch);
+      GP_ENFORCE(client_->SetPushDensity(density), "compress.warmup_epochs: push codec '",
+                 c.push.codec, "' has no density to warm up");
+      if (epoch <= c.compress.warmup_epochs) {
+        spdlog::info("worker-{} epoch {}: push density {:.6g} (sparsity warm-up)", opt_.rank, epoch,
+                     density);
+        AppendLine(JsonLine()
+                       .Int("rank", opt_.rank)
+                       .Int("epoch", epoch)
+                       .Int("step", step_)
+                       .Num("push_density", density)
+                       .Done());
+      }
+    }
     for (int64_t i = step_ - epoch * steps_per_epoch; i < steps_per_epoch; ++i) {
       if ((opt_.max_steps > 0 && done >= opt_.max_steps) || (opt_.stop && opt_.stop->load())) {
         stop = true;
@@ -285,6 +394,8 @@ TrainSummary Trainer::Run() {
       StepMetrics m = Step(images, b.labels);
       correct += m.correct;
       seen += b.size();
+      loss_sum += m.loss;
+      ++epoch_steps;
       ++done;
       const bool exchanged = !periodic() || since_sync_ == 0;
       if (c.train.checkpoint_every > 0 && exchanged &&
@@ -344,6 +455,10 @@ TrainSummary Trainer::Run() {
                    .Done());
     spdlog::info("worker-{} epoch {} train_acc {:.4f} test_acc {:.4f} ({:.1f} s)", opt_.rank, epoch,
                  em.train_acc, em.test_acc, em.epoch_s);
+    if (controller_ && seen > 0 && !stop) {
+      const CompressionDecision d = controller_->Update(em.test_acc, loss_sum / epoch_steps);
+      if (d.changed) SetPushCodec(d, epoch);
+    }
     if (stop) break;
   }
   WriteCheckpoint();  // the end state (a no-op if the last step's checkpoint exists)

@@ -45,6 +45,7 @@
 
 #include "common/checkpoint.h"
 #include "common/config.h"
+#include "worker/compression_schedule.h"
 #include "worker/data/dataset.h"
 #include "worker/models/net.h"
 #include "worker/ps_client.h"
@@ -135,6 +136,11 @@ class Trainer {
   StepStats Sync();
   double EndEpochPeriodic(int64_t epoch, double* bytes_up, double* bytes_down);
   void ApplyLr(double lr);
+  // sync.exchange: gaussian: pushes each key's (mean, std), rescales the local gradients in
+  // place to the workers' mean statistics.
+  StepStats ExchangeGaussian(const std::vector<torch::Tensor>& grads);
+  // Dynamic compression: installs the decision's push codec and records it (epoch -1: start).
+  void SetPushCodec(const CompressionDecision& d, int64_t epoch);
   // Restores the checkpoint of `server_step` (Connect, when resuming); see TrainerOptions.
   void Resume(int64_t server_step);
   void RestoreCheckpoint(const Checkpoint& c);
@@ -158,7 +164,11 @@ class Trainer {
   int64_t since_sync_ = 0;             // method 6: local steps since the last sync
   std::vector<torch::Tensor> anchor_;  // method 6: weights at the last sync
   int64_t dense_bytes_ = 0;
-  std::mt19937_64 rng_;  // data augmentation
+  bool gaussian_ = false;                              // sync.exchange: gaussian
+  std::vector<torch::Tensor> stats_;                   // gaussian: (mean, std) per key
+  std::unique_ptr<CompressionController> controller_;  // compress.dynamic.ladder set
+  double push_ratio_ = 0;                              // DGC warm-up: the final density
+  std::mt19937_64 rng_;                                // data augmentation
   std::string checkpoint_dir_;
   int64_t last_checkpoint_ = -1;  // server step of the last checkpoint written or restored
 };
