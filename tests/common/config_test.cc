@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -144,6 +145,33 @@ TEST_CASE("configs/lenet_fmnist_m1..m6 load and describe the survey's six method
   CHECK(load(4).pull.codec == "qsgd");
   CHECK(load(6).sync.every == 20);
   CHECK(load(6).push == m5.push);
+}
+
+TEST_CASE("every config in configs/ loads, one per model and method", "[config]") {
+  int files = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(GP_SOURCE_DIR) + "/configs")) {
+    if (entry.path().extension() != ".yaml") continue;
+    INFO(entry.path().string());
+    const Config c = LoadConfig(entry.path().string());
+    CHECK(!c.name.empty());
+    ++files;
+  }
+  for (const char* model : {"lenet_fmnist", "vgg11_cifar10", "resnet18_cifar10"}) {
+    for (int m = 1; m <= 6; ++m) {
+      const std::string path =
+          std::string(GP_SOURCE_DIR) + "/configs/" + model + "_m" + std::to_string(m) + ".yaml";
+      INFO(path);
+      const Config c = LoadConfig(path);
+      const Config lenet = LoadConfig(std::string(GP_SOURCE_DIR) + "/configs/lenet_fmnist_m" +
+                                      std::to_string(m) + ".yaml");
+      CHECK(c.sync.exchange == lenet.sync.exchange);  // the same method on every model
+      CHECK(c.sync.every == lenet.sync.every);
+      CHECK(c.push == lenet.push);
+      CHECK(c.pull == lenet.pull);
+    }
+  }
+  CHECK(files >= 18);
 }
 
 TEST_CASE("overrides apply in order on top of the file, codec keys included", "[config]") {
