@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "transport/chunks.h"
 #include "transport/status.h"
+#include "transport/wire.h"
 
 namespace gradpress::server {
 namespace {
@@ -60,10 +61,54 @@ void WriteResult(Writer* writer, const StepResult& r, double wait_ms, double ser
   store->CountBytesOut(bytes);
 }
 
+// Method indices of the generated service, in gradpress.proto's order.
+constexpr int kPushPullMethod = 3, kPushMethod = 4, kPullMethod = 5;
+
+// The result as raw messages: a header, then chunks whose data are views of `r`'s payloads
+// (each slice holds a reference to `r`).
+void WriteRawResult(ParameterService::RawStream* stream, std::shared_ptr<const StepResult> r,
+                    double wait_ms, double server_ms, ParameterStore* store) {
+  proto::PullHeader h;
+  h.set_step(r->step);
+  h.set_wait_ms(wait_ms);
+  h.set_server_ms(server_ms);
+  h.set_contributors(r->contributors);
+  GP_ENFORCE_AS(Unavailable, stream->Write(transport::FrameHeader(h)), "client went away");
+  uint64_t bytes = 0;
+  for (const auto& kp : r->payloads) {
+    proto::TensorChunk meta;
+    meta.set_key(kp.key);
+    meta.set_codec(kp.payload.codec);
+    for (int64_t d : kp.payload.shape) meta.add_shape(d);
+    meta.set_dtype(static_cast<uint32_t>(kp.payload.dtype));
+    const std::string& data = kp.payload.bytes;
+    transport::ForEachFrame(meta, data.data(), data.size(), r, [&](grpc::ByteBuffer b) {
+      GP_ENFORCE_AS(Unavailable, stream->Write(b), "client went away");
+      return true;
+    });
+    bytes += data.size();
+  }
+  store->CountBytesOut(bytes);
+}
+
+template <typename Message>
+void ParseRequest(ParameterService::RawStream* stream, Message* msg) {
+  grpc::ByteBuffer buffer;
+  GP_ENFORCE(stream->Read(&buffer), "request stream ended before its message");
+  GP_ENFORCE(grpc::SerializationTraits<Message>::Deserialize(&buffer, msg).ok(),
+             "malformed request message");
+}
+
 }  // namespace
 
 ParameterService::ParameterService(ParameterStore* store, double deadline_s)
-    : store_(store), deadline_s_(deadline_s) {}
+    : store_(store), deadline_s_(deadline_s) {
+  using Raw =
+      grpc::internal::BidiStreamingHandler<ParameterService, grpc::ByteBuffer, grpc::ByteBuffer>;
+  MarkMethodStreamed(kPushPullMethod, new Raw(&ParameterService::RawPushPull, this));
+  MarkMethodStreamed(kPushMethod, new Raw(&ParameterService::RawPush, this));
+  MarkMethodStreamed(kPullMethod, new Raw(&ParameterService::RawPull, this));
+}
 
 Clock::time_point ParameterService::Deadline(const grpc::ServerContext* ctx) const {
   const auto ours = Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -117,44 +162,72 @@ grpc::Status ParameterService::PullWeights(grpc::ServerContext* ctx, const proto
   }
 }
 
-grpc::Status ParameterService::PushPull(
-    grpc::ServerContext* ctx,
-    grpc::ServerReaderWriter<proto::PullMessage, proto::PushMessage>* stream) {
+PushPullResult ParameterService::StreamPush(grpc::ServerContext* ctx, RawStream* stream,
+                                            bool wait) {
+  grpc::ByteBuffer buffer;
+  transport::WireMessage m;
+  GP_ENFORCE(stream->Read(&buffer), "push stream ended before its header");
+  transport::ParseMessage(&buffer, &m);
+  proto::PushHeader h;
+  GP_ENFORCE(m.has_header && h.ParseFromString(m.header),
+             "push stream must start with a PushHeader");
+  auto session =
+      store_->BeginPush(Id(h.worker_id(), h.incarnation()), h.step(), h.base_step(), Deadline(ctx),
+                        h.has_lr() ? std::optional<double>(h.lr()) : std::nullopt);
+  ParameterStore::Piece piece;
+  while (stream->Read(&buffer)) {
+    transport::ParseMessage(&buffer, &m);
+    GP_ENFORCE(m.has_chunk, "push stream has a second header");
+    const proto::TensorChunk& c = m.chunk;
+    piece.key = c.key();
+    piece.codec = c.codec();
+    piece.shape.assign(c.shape().begin(), c.shape().end());
+    piece.dtype = c.dtype();
+    piece.total_bytes = c.total_bytes();
+    piece.offset = c.offset();
+    if (m.data.empty()) session->Add(piece, {});
+    for (std::string_view data : m.data) {
+      session->Add(piece, data);
+      piece.offset += data.size();
+    }
+  }
+  return session->Commit(wait);
+}
+
+grpc::Status ParameterService::RawPushPull(grpc::ServerContext* ctx, RawStream* stream) {
   try {
-    ReceivedPush push = ReadPush(stream, store_->model());
-    const auto& h = push.header;
-    PushPullResult r = store_->PushPull(Id(h.worker_id(), h.incarnation()), h.step(), h.base_step(),
-                                        std::move(push.payloads), Deadline(ctx), /*wait=*/true,
-                                        h.has_lr() ? std::optional<double>(h.lr()) : std::nullopt);
-    WriteResult(stream, *r.result, r.wait_ms, r.apply_ms + r.result->server_ms, store_);
+    PushPullResult r = StreamPush(ctx, stream, /*wait=*/true);
+    WriteRawResult(stream, r.result, r.wait_ms, r.apply_ms + r.result->server_ms, store_);
     return grpc::Status::OK;
   } catch (...) {
     return ToStatus(std::current_exception());
   }
 }
 
-grpc::Status ParameterService::Push(grpc::ServerContext* ctx,
-                                    grpc::ServerReader<proto::PushMessage>* reader,
-                                    proto::PushReply* reply) {
+grpc::Status ParameterService::RawPush(grpc::ServerContext* ctx, RawStream* stream) {
   try {
-    ReceivedPush push = ReadPush(reader, store_->model());
-    const auto& h = push.header;
-    PushPullResult r = store_->PushPull(Id(h.worker_id(), h.incarnation()), h.step(), h.base_step(),
-                                        std::move(push.payloads), Deadline(ctx), /*wait=*/false,
-                                        h.has_lr() ? std::optional<double>(h.lr()) : std::nullopt);
-    reply->set_step(store_->step());
-    reply->set_duplicate(r.duplicate);
+    PushPullResult r = StreamPush(ctx, stream, /*wait=*/false);
+    proto::PushReply reply;
+    reply.set_step(store_->step());
+    reply.set_duplicate(r.duplicate);
+    grpc::ByteBuffer buffer;
+    bool own = false;
+    GP_ENFORCE_AS(Internal,
+                  grpc::SerializationTraits<proto::PushReply>::Serialize(reply, &buffer, &own).ok(),
+                  "cannot serialize the reply");
+    GP_ENFORCE_AS(Unavailable, stream->Write(buffer), "client went away");
     return grpc::Status::OK;
   } catch (...) {
     return ToStatus(std::current_exception());
   }
 }
 
-grpc::Status ParameterService::Pull(grpc::ServerContext* ctx, const proto::PullRequest* req,
-                                    grpc::ServerWriter<proto::PullMessage>* writer) {
+grpc::Status ParameterService::RawPull(grpc::ServerContext* ctx, RawStream* stream) {
   try {
-    auto r = store_->Pull(Id(req->worker_id(), req->incarnation()), req->step(), Deadline(ctx));
-    WriteResult(writer, *r, 0, r->server_ms, store_);
+    proto::PullRequest req;
+    ParseRequest(stream, &req);
+    auto r = store_->Pull(Id(req.worker_id(), req.incarnation()), req.step(), Deadline(ctx));
+    WriteRawResult(stream, r, 0, r->server_ms, store_);
     return grpc::Status::OK;
   } catch (...) {
     return ToStatus(std::current_exception());

@@ -1,13 +1,16 @@
 #pragma once
 // ParameterService: the thin gRPC adapter over ParameterStore. Handlers only translate:
 // proto -> store call -> proto. Payloads arrive and leave as 2 MiB chunks
-// (transport/chunks.h); every exception becomes a grpc::Status here and nowhere else
-// (transport/status.h), so bad input never takes the daemon down.
+// (transport/chunks.h, transport/wire.h); every exception becomes a grpc::Status here and nowhere
+// else (transport/status.h), so bad input never takes the daemon down.
 //
 //   ParameterStore store(opts);  ParameterService service(&store, /*deadline_s=*/120);
 //   builder.RegisterService(&service);
 //
 // Thread-safety: gRPC calls handlers concurrently; the store is thread-safe.
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/sync_stream.h>
+
 #include "proto/gradpress.grpc.pb.h"
 #include "server/parameter_store.h"
 
@@ -25,13 +28,6 @@ class ParameterService final : public proto::ParameterServer::Service {
                            proto::InitReply* reply) override;
   grpc::Status PullWeights(grpc::ServerContext* ctx, const proto::PullRequest* req,
                            grpc::ServerWriter<proto::PullMessage>* writer) override;
-  grpc::Status PushPull(
-      grpc::ServerContext* ctx,
-      grpc::ServerReaderWriter<proto::PullMessage, proto::PushMessage>* stream) override;
-  grpc::Status Push(grpc::ServerContext* ctx, grpc::ServerReader<proto::PushMessage>* reader,
-                    proto::PushReply* reply) override;
-  grpc::Status Pull(grpc::ServerContext* ctx, const proto::PullRequest* req,
-                    grpc::ServerWriter<proto::PullMessage>* writer) override;
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const proto::HeartbeatRequest* req,
                          proto::HeartbeatReply* reply) override;
   grpc::Status Stats(grpc::ServerContext* ctx, const proto::StatsRequest* req,
@@ -42,7 +38,19 @@ class ParameterService final : public proto::ParameterServer::Service {
                               grpc::ServerReader<proto::PushMessage>* reader,
                               proto::InitReply* reply) override;
 
+  // PushPull, Push and Pull carry the tensors: they are served on raw byte buffers
+  // (transport/wire.h), the same bytes as their protobuf messages. Pushes stream into the
+  // store piece by piece (ParameterStore::BeginPush) as views of the received slices; results
+  // are written as views of the step's result, which the slices keep alive. No copy of
+  // tensor bytes in user space on either path.
+  using RawStream = grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
+
  private:
+  grpc::Status RawPushPull(grpc::ServerContext* ctx, RawStream* stream);
+  grpc::Status RawPush(grpc::ServerContext* ctx, RawStream* stream);
+  grpc::Status RawPull(grpc::ServerContext* ctx, RawStream* stream);
+  // Reads a push stream into the store; the session's Commit(wait) result.
+  PushPullResult StreamPush(grpc::ServerContext* ctx, RawStream* stream, bool wait);
   Clock::time_point Deadline(const grpc::ServerContext* ctx) const;
   ParameterStore* store_;
   double deadline_s_;

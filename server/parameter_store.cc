@@ -28,16 +28,6 @@ std::string ModelDiff(const TensorSpec& a, const TensorSpec& b) {
   return os.str();
 }
 
-// Index of the first non-finite element, or -1.
-int64_t FirstNonFinite(const float* x, int64_t n) {
-  float probe = 0.f;  // x - x is NaN for NaN and Inf
-  for (int64_t i = 0; i < n; ++i) probe += x[i] - x[i];
-  if (probe == 0.f) return -1;
-  for (int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(x[i])) return i;
-  return -1;
-}
-
 std::vector<float>& Scratch(int64_t n) {
   thread_local std::vector<float> scratch;
   if (static_cast<int64_t>(scratch.size()) < n) scratch.resize(n);
@@ -259,32 +249,18 @@ std::vector<ParameterStore::Item> ParameterStore::Items(
   return items;
 }
 
-void ParameterStore::Accumulate(const std::vector<const Payload*>& ordered) {
-  const std::vector<Item> items = Items(ordered);
-  pool_.ParallelFor(static_cast<int64_t>(items.size()), [&](int64_t t) {
-    const Item& it = items[t];
-    KeyState& k = *keys_[it.key];
-    const Payload& p = *ordered[it.key];
-    float* acc = k.accum.data();
-    if (it.raw) {
-      std::lock_guard<std::mutex> lock(k.block_mu[it.begin / kBlock]);
-      float block[4096];
-      for (int64_t b = it.begin; b < it.end; b += 4096) {
-        const int64_t len = std::min<int64_t>(4096, it.end - b);
-        std::memcpy(block, p.bytes.data() + b * sizeof(float), len * sizeof(float));
-        for (int64_t j = 0; j < len; ++j) acc[b + j] += block[j];
-      }
-      return;
-    }
-    std::vector<float>& scratch = Scratch(k.numel);
-    Decoder(p.codec).DecodeTo(p.bytes, k.numel, scratch.data());
-    const float* s = scratch.data();
-    for (int64_t b = 0; b < k.numel; b += kBlock) {  // blocks locked in order: no deadlock
-      std::lock_guard<std::mutex> lock(k.block_mu[b / kBlock]);
-      const int64_t end = std::min(k.numel, b + kBlock);
-      for (int64_t j = b; j < end; ++j) acc[j] += s[j];
-    }
-  });
+// Vectorizes: the largest |bits| of the block; NaN and Inf have all exponent bits set.
+int64_t ParameterStore::FirstNonFinite(const float* x, int64_t n) {
+  uint32_t worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof(bits));
+    worst = std::max(worst, bits & 0x7FFFFFFFu);
+  }
+  if (worst < 0x7F800000u) return -1;
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return i;
+  return -1;
 }
 
 std::shared_ptr<const StepResult> ParameterStore::FindResult(int64_t step) const {

@@ -30,6 +30,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/checkpoint.h"
@@ -129,6 +130,37 @@ class ParameterStore {
   PushPullResult PushPull(const WorkerId& w, int64_t step, int64_t base_step,
                           std::vector<KeyPayload> pushes, Clock::time_point deadline,
                           bool wait = true, std::optional<double> lr = std::nullopt);
+  // The same push streamed in pieces (the service's path, parameter_store_push.cc):
+  //   auto s = store.BeginPush(w, step, base_step, deadline);   // worker, step, duplicate
+  //   s->Add(piece_header, bytes) ...;  PushPullResult r = s->Commit(wait);
+  // Each key's payload bytes arrive in order, in pieces of any size. "none" bytes are
+  // checked and copied as they arrive into a reused buffer (the open step's accumulator
+  // itself for the first push of a step, else a staging buffer added at Commit), so a push
+  // is never held whole; other codecs are collected and decoded at Commit. Errors are
+  // thrown as PushPull's, naming the key; a session destroyed before Commit (an error, a
+  // broken stream) leaves the store unchanged. A duplicate's pieces are ignored.
+  struct Piece {
+    std::string_view key, codec;
+    std::vector<int64_t> shape;  // dense shape, as on every chunk of the key
+    uint32_t dtype = 0;          // compressors::DType code
+    uint64_t total_bytes = 0;    // the key's whole payload
+    uint64_t offset = 0;         // of these bytes in the payload
+  };
+  class PushSession {
+   public:
+    ~PushSession();
+    void Add(const Piece& piece, std::string_view bytes);
+    PushPullResult Commit(bool wait = true);
+    struct State;  // parameter_store_push.cc
+
+   private:
+    friend class ParameterStore;
+    explicit PushSession(std::unique_ptr<State> s);
+    std::unique_ptr<State> s_;
+  };
+  std::unique_ptr<PushSession> BeginPush(const WorkerId& w, int64_t step, int64_t base_step,
+                                         Clock::time_point deadline,
+                                         std::optional<double> lr = std::nullopt);
   // Sync: the result of `step`, waiting for it until `deadline` (step -1: the newest now).
   // Async: the current weights.
   std::shared_ptr<const StepResult> Pull(const WorkerId& w, int64_t step,
@@ -200,9 +232,29 @@ class ParameterStore {
   std::shared_ptr<StepResult> Encode(int64_t step, bool weights, bool lossless);  // mu_ held
   // Async: the current weights with the pull codec, encoded once per server step.
   std::shared_ptr<const StepResult> AsyncWeights();  // mu_ held
+  // Where a streamed push lands (sync: the accumulator for the step's first push, else a
+  // staging buffer; async: a staging buffer). Staging buffers are allocated once and reused,
+  // at most kMaxStaging, so memory does not grow with the number of workers; a push that
+  // finds none free waits for one (until its deadline).
+  using Buffer = std::vector<std::vector<float>>;  // one vector per key
+  static constexpr int kMaxStaging = 1;
+  void AcquireTarget(PushSession::State& s, std::unique_lock<std::mutex>& lock);  // mu_ held
+  void ReleaseTarget(PushSession::State& s);                                      // mu_ held
+  // Sync: lands the push in the accumulator (swapped or added), counts it, may finalize.
+  PushPullResult CommitSync(PushSession::State& s, bool wait);
   PushPullResult AsyncPush(const WorkerId& w, int64_t step, int64_t base_step,
-                           const std::vector<const compressors::Payload*>& ordered,
+                           const std::vector<float*>& grads, uint64_t bytes,
                            std::optional<double> lr);
+  static int64_t FirstNonFinite(const float* x, int64_t n);  // index, or -1
+  // (key, begin, end) element ranges of kBlock: the unit of parallel work on big keys.
+  std::vector<std::tuple<size_t, int64_t, int64_t>> Blocks() const;
+  static bool PlainNone(const compressors::Compressor& c);  // "none" without decorators
+  float accum_scale_ = 1.f;               // Encode scales "none" copies of the accumulator by this
+  std::vector<std::string> spare_bytes_;  // a dropped result's buffers, for the next Encode
+  bool accum_owned_ = false;              // a push is streaming straight into the accumulator
+  int accum_holders_ = 0;  // pushes in the accumulator (committed, being added or owning it)
+  std::vector<std::unique_ptr<Buffer>> staging_free_;
+  int staging_count_ = 0;  // staging buffers allocated
   const compressors::Compressor& Decoder(const std::string& codec);
   std::shared_ptr<const StepResult> FindResult(int64_t step) const;  // mu_ held
 

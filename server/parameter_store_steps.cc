@@ -3,115 +3,22 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cmath>
+#include <cstring>
 #include <sstream>
+#include <tuple>
 
 #include "common/error.h"
+#include "common/tensor_bytes.h"
 #include "common/timer.h"
+#include "compressors/none.h"
 #include "server/parameter_store.h"
 
 namespace gradpress::server {
 
 using compressors::Payload;
 
-PushPullResult ParameterStore::PushPull(const WorkerId& w, int64_t step, int64_t base_step,
-                                        std::vector<KeyPayload> pushes, Clock::time_point deadline,
-                                        bool wait, std::optional<double> lr) {
-  GP_ENFORCE(!lr || (std::isfinite(*lr) && *lr >= 0), "worker '", w.name, "': learning rate ",
-             lr.value_or(0), " is not a finite number >= 0");
-  // A worker inside a call (pushing, or waiting at the barrier) is alive.
-  struct InCall {
-    ParameterStore* s;
-    const std::string& name;
-    InCall(ParameterStore* store, const std::string& n) : s(store), name(n) {
-      std::lock_guard<std::mutex> lock(s->mu_);
-      ++s->in_call_[name];
-    }
-    ~InCall() {
-      std::lock_guard<std::mutex> lock(s->mu_);
-      if (--s->in_call_[name] == 0) s->in_call_.erase(name);
-      auto it = s->workers_.find(name);
-      if (it != s->workers_.end()) it->second.last_seen = Clock::now();
-    }
-  } in_call(this, w.name);
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    GP_ENFORCE_AS(Unavailable, !shutdown_, "server is shutting down");
-    try {
-      WorkerState& ws = CheckWorker(w);
-      GP_ENFORCE_AS(FailedPrecondition, initialized_, "the server has no initial weights yet");
-      if (opt_.async) {
-        if (step <= ws.last_step) return {AsyncWeights(), 0, 0, /*duplicate=*/true};
-        GP_ENFORCE_AS(FailedPrecondition, step_ - base_step <= opt_.max_staleness, "worker '",
-                      w.name, "': push computed on step ", base_step, " is ", step_ - base_step,
-                      " steps stale (max_staleness ", opt_.max_staleness, ")");
-      } else if (step < step_ || pushed_.count(w.name) || in_flight_.count(w.name)) {
-        // Duplicate of a push already applied (or being applied): acknowledge, wait for the
-        // step's result, never apply twice.
-        GP_ENFORCE_AS(FailedPrecondition, step <= ws.last_step || in_flight_.count(w.name),
-                      "worker '", w.name, "': push for step ", step,
-                      " arrived after the step completed (server step ", step_, ")");
-        Timer waited;
-        step_cv_.wait_until(lock, deadline, [&] { return shutdown_ || step_ > step; });
-        GP_ENFORCE_AS(Unavailable, !shutdown_, "server is shutting down");
-        GP_ENFORCE_AS(Unavailable, step_ > step, "timed out waiting for step ", step,
-                      " to complete; retry");
-        auto r = FindResult(step);
-        GP_ENFORCE_AS(FailedPrecondition, r != nullptr, "result of step ", step,
-                      " is no longer kept (server step ", step_, ")");
-        return {r, waited.ElapsedMs(), 0, /*duplicate=*/true};
-      } else {
-        GP_ENFORCE_AS(FailedPrecondition, step == step_, "worker '", w.name, "': push for step ",
-                      step, " is ahead of the server's open step ", step_);
-      }
-      in_flight_.insert(w.name);
-    } catch (const FailedPrecondition&) {
-      ++stats_.rejected["stale_or_out_of_order"];
-      throw;
-    } catch (const NotFound&) {
-      ++stats_.rejected["unknown_worker"];
-      throw;
-    }
-  }
-  Timer apply;
-  std::vector<const Payload*> ordered;
-  try {
-    ordered = Validate(pushes);
-    if (opt_.async) {
-      auto r = AsyncPush(w, step, base_step, ordered, lr);
-      r.apply_ms = apply.ElapsedMs();
-      return r;
-    }
-    Accumulate(ordered);
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(mu_);
-    in_flight_.erase(w.name);
-    throw;
-  }
-  uint64_t bytes = 0;
-  for (const auto& kp : pushes) bytes += kp.payload.bytes.size();
-  const double apply_ms = apply.ElapsedMs();
-  std::unique_lock<std::mutex> lock(mu_);
-  in_flight_.erase(w.name);
-  pushed_.insert(w.name);
-  ++contributors_;
-  stats_.bytes_in += bytes;
-  open_step_apply_ms_ += apply_ms;
-  if (lr) open_step_lr_ = lr;
-  auto ws = workers_.find(w.name);
-  ws->second.last_step = step;
-  MaybeFinalize();
-  if (!wait) return {nullptr, 0, apply_ms, false};
-  Timer waited;
-  step_cv_.wait_until(lock, deadline, [&] { return shutdown_ || step_ > step; });
-  GP_ENFORCE_AS(Unavailable, !shutdown_, "server is shutting down");
-  GP_ENFORCE_AS(Unavailable, step_ > step, "timed out waiting for the other workers at step ", step,
-                "; the push is kept: retry to wait again");
-  return {FindResult(step), waited.ElapsedMs(), apply_ms, false};
-}
-
 PushPullResult ParameterStore::AsyncPush(const WorkerId& w, int64_t step, int64_t base_step,
-                                         const std::vector<const Payload*>& ordered,
+                                         const std::vector<float*>& grads, uint64_t bytes,
                                          std::optional<double> lr) {
   std::lock_guard<std::mutex> lock(mu_);
   in_flight_.erase(w.name);
@@ -130,11 +37,9 @@ PushPullResult ParameterStore::AsyncPush(const WorkerId& w, int64_t step, int64_
   if (lr) sgd.lr = *lr;
   pool_.ParallelFor(static_cast<int64_t>(keys_.size()), [&](int64_t i) {
     KeyState& k = *keys_[i];
-    std::vector<float> grad(k.numel);
-    Decoder(ordered[i]->codec).DecodeTo(ordered[i]->bytes, k.numel, grad.data());
-    SgdStep(sgd, k.weights.data(), grad.data(), k.numel, &k.sgd);
+    SgdStep(sgd, k.weights.data(), grads[i], k.numel, &k.sgd);
   });
-  for (const auto* p : ordered) stats_.bytes_in += p->bytes.size();
+  stats_.bytes_in += bytes;
   ws.last_step = step;
   ++step_;
   ++stats_.steps;
@@ -144,7 +49,7 @@ PushPullResult ParameterStore::AsyncPush(const WorkerId& w, int64_t step, int64_
 }
 
 void ParameterStore::MaybeFinalize() {
-  if (contributors_ == 0) return;
+  if (contributors_ == 0 || accum_owned_) return;
   if (static_cast<int>(workers_.size()) < opt_.workers) {
     const auto waited = std::chrono::duration<double>(Clock::now() - first_register_).count();
     if (waited < opt_.worker_timeout_s) return;  // the others may still be starting
@@ -154,19 +59,34 @@ void ParameterStore::MaybeFinalize() {
   for (const auto& [name, ws] : workers_)
     if (ws.live && !pushed_.count(name)) return;
   Timer t;
-  // Mean of the pushes received; exchange=weights then steps the optimizer on it.
+  // Mean of the pushes received; exchange=weights then steps the optimizer on it. A mean
+  // sent uncompressed is scaled while Encode copies it; the others are scaled in place.
   const float inv = 1.f / static_cast<float>(contributors_);
   SgdOptions sgd = opt_.sgd;
   if (open_step_lr_) sgd.lr = *open_step_lr_;
-  pool_.ParallelFor(static_cast<int64_t>(keys_.size()), [&](int64_t i) {
-    KeyState& k = *keys_[i];
-    for (float& a : k.accum) a *= inv;
-    if (opt_.exchange_weights) {
-      SgdStep(sgd, k.weights.data(), k.accum.data(), k.numel, &k.sgd);
-    }
+  const auto blocks = Blocks();
+  pool_.ParallelFor(static_cast<int64_t>(blocks.size()), [&](int64_t j) {
+    const auto [i, begin, end] = blocks[j];
+    if (!opt_.exchange_weights && PlainNone(*keys_[i]->pull)) return;
+    float* a = keys_[i]->accum.data();
+    for (int64_t e = begin; e < end; ++e) a[e] *= inv;
   });
+  if (opt_.exchange_weights) {
+    pool_.ParallelFor(static_cast<int64_t>(keys_.size()), [&](int64_t i) {
+      KeyState& k = *keys_[i];
+      SgdStep(sgd, k.weights.data(), k.accum.data(), k.numel, &k.sgd);
+    });
+  }
+  // The previous result's buffers, unless a pull still holds it: no fresh pages per step.
+  if (results_.size() == 1 && results_.front().use_count() == 1) {
+    for (auto& kp : std::const_pointer_cast<StepResult>(results_.front())->payloads)
+      spare_bytes_.push_back(std::move(kp.payload.bytes));
+    results_.clear();
+  }
+  accum_scale_ = opt_.exchange_weights ? 1.f : inv;
   std::shared_ptr<StepResult> result = Encode(step_, opt_.exchange_weights, false);
-  for (auto& k : keys_) std::fill(k->accum.begin(), k->accum.end(), 0.f);
+  accum_scale_ = 1.f;
+  accum_holders_ = 0;  // the next step's first push overwrites the accumulator
   result->contributors = contributors_;
   result->server_ms = t.ElapsedMs() + open_step_apply_ms_ / contributors_;
   results_.push_back(result);
@@ -197,23 +117,55 @@ std::shared_ptr<const StepResult> ParameterStore::AsyncWeights() {
   return weights_result_;
 }
 
+std::vector<std::tuple<size_t, int64_t, int64_t>> ParameterStore::Blocks() const {
+  std::vector<std::tuple<size_t, int64_t, int64_t>> blocks;
+  for (size_t i = 0; i < keys_.size(); ++i)
+    for (int64_t b = 0; b < keys_[i]->numel; b += kBlock)
+      blocks.emplace_back(i, b, std::min(keys_[i]->numel, b + kBlock));
+  return blocks;
+}
+
+bool ParameterStore::PlainNone(const compressors::Compressor& c) {
+  return dynamic_cast<const compressors::NoneCompressor*>(&c) != nullptr;
+}
+
 std::shared_ptr<StepResult> ParameterStore::Encode(int64_t step, bool weights, bool lossless) {
   auto r = std::make_shared<StepResult>();
   r->step = step;
   r->payloads.resize(keys_.size());
-  pool_.ParallelFor(static_cast<int64_t>(keys_.size()), [&](int64_t i) {
-    KeyState& k = *keys_[i];
+  const bool spare = spare_bytes_.size() == keys_.size();
+  std::vector<char> copy(keys_.size());  // fp32 values: copied block by block below
+  for (size_t i = 0; i < keys_.size(); ++i) {
     KeyPayload& out = r->payloads[i];
     out.key = model_[i].key;
     out.payload.shape = model_[i].shape;
     out.payload.dtype = model_[i].dtype;
+    if (spare) out.payload.bytes = std::move(spare_bytes_[i]);
+    copy[i] = lossless || PlainNone(*keys_[i]->pull);
+    out.payload.codec = copy[i] ? "none" : keys_[i]->pull->Name();
+    const size_t size = copy[i] ? keys_[i]->numel * sizeof(float) : 0;
+    if (out.payload.bytes.size() != size) {  // a recycled buffer of the right size is
+      out.payload.bytes.clear();             // overwritten as it is, not zeroed first
+      out.payload.bytes.resize(size);
+    }
+  }
+  spare_bytes_.clear();
+  const float scale = weights ? 1.f : accum_scale_;
+  const auto blocks = Blocks();
+  pool_.ParallelFor(static_cast<int64_t>(blocks.size()), [&](int64_t j) {
+    const auto [i, begin, end] = blocks[j];
+    KeyState& k = *keys_[i];
     const float* src = weights ? k.weights.data() : k.accum.data();
-    if (lossless) {
-      out.payload.codec = "none";
-      out.payload.bytes.assign(reinterpret_cast<const char*>(src), k.numel * sizeof(float));
+    std::string& bytes = r->payloads[i].payload.bytes;
+    if (!copy[i]) {  // a whole key per codec call, from its first block's item
+      if (begin == 0) k.pull->EncodeTo(src, k.numel, {model_[i].key, step}, &bytes);
+      return;
+    }
+    float* dst = reinterpret_cast<float*>(bytes.data());
+    if (scale == 1.f) {
+      std::memcpy(dst + begin, src + begin, (end - begin) * sizeof(float));
     } else {
-      out.payload.codec = k.pull->Name();
-      k.pull->EncodeTo(src, k.numel, {model_[i].key, step}, &out.payload.bytes);
+      for (int64_t e = begin; e < end; ++e) dst[e] = src[e] * scale;
     }
   });
   return r;

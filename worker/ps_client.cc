@@ -17,10 +17,12 @@
 #include "common/tensor_bytes.h"
 #include "common/timer.h"
 #include "compressors/momentum_correction.h"
+#include "compressors/none.h"
 #include "compressors/registry.h"
 #include "proto/gradpress.grpc.pb.h"
 #include "transport/chunks.h"
 #include "transport/status.h"
+#include "transport/wire.h"
 
 namespace gradpress::worker {
 
@@ -291,19 +293,164 @@ std::pair<int, double> PsClient::Elect(int64_t round, double score) {
 }
 
 namespace {
-std::vector<KeyPayload> EncodeAll(PsClient::Impl& impl, int64_t step,
-                                  const std::vector<torch::Tensor>& grads, StepStats* st) {
+
+// The tensor methods on raw byte buffers (transport/wire.h): the same bytes as the generated
+// stub's messages, with tensor bytes framed straight from (and into) tensor memory.
+constexpr char kPushPullMethod[] = "/gradpress.proto.ParameterServer/PushPull";
+constexpr char kPushMethod[] = "/gradpress.proto.ParameterServer/Push";
+constexpr char kPullMethod[] = "/gradpress.proto.ParameterServer/Pull";
+
+// One key's push: a codec payload, or (an undecorated "none" codec) the tensor itself, whose
+// memory the gRPC slices then refer to: no copy before the kernel's.
+struct KeyPush {
+  KeyPayload payload;  // codec, shape, dtype; bytes unless `raw` is defined
+  torch::Tensor raw;   // CPU float32 contiguous
+};
+
+std::vector<KeyPush> EncodeAll(PsClient::Impl& impl, int64_t step,
+                               const std::vector<torch::Tensor>& grads, StepStats* st) {
   CheckTensors(impl.model, grads, "push");
   Timer t;
-  std::vector<KeyPayload> payloads(grads.size());
+  std::vector<KeyPush> pushes(grads.size());
   for (size_t i = 0; i < grads.size(); ++i) {
-    payloads[i].key = impl.model[i].key;
-    payloads[i].payload = impl.push[i]->Encode(grads[i], {impl.model[i].key, step});
-    st->bytes_up += payloads[i].payload.bytes.size();
+    KeyPush& p = pushes[i];
+    p.payload.key = impl.model[i].key;
+    if (dynamic_cast<const compressors::NoneCompressor*>(impl.push[i].get()) != nullptr) {
+      p.raw = grads[i].detach().to(torch::kCPU, torch::kFloat32).contiguous();
+      p.payload.payload.codec = "none";
+      p.payload.payload.shape = impl.model[i].shape;
+      st->bytes_up += p.raw.numel() * sizeof(float);
+      continue;
+    }
+    p.payload.payload = impl.push[i]->Encode(grads[i], {impl.model[i].key, step});
+    st->bytes_up += p.payload.payload.bytes.size();
   }
   st->encode_ms = t.ElapsedMs();
-  return payloads;
+  return pushes;
 }
+
+// Writes every key's chunks; stops early (false) once the server has ended the call.
+template <typename Writer>
+bool WriteRawPush(Writer* writer, const std::vector<KeyPush>& pushes) {
+  for (const KeyPush& p : pushes) {
+    const compressors::Payload& payload = p.payload.payload;
+    const char* data =
+        p.raw.defined() ? static_cast<const char*>(p.raw.data_ptr()) : payload.bytes.data();
+    const size_t total = p.raw.defined() ? p.raw.numel() * sizeof(float) : payload.bytes.size();
+    std::shared_ptr<const void> keep;  // the tensor's storage, while gRPC holds its bytes
+    if (p.raw.defined()) keep = std::make_shared<torch::Tensor>(p.raw);
+    proto::TensorChunk meta;
+    meta.set_key(p.payload.key);
+    meta.set_codec(payload.codec);
+    for (int64_t d : payload.shape) meta.add_shape(d);
+    meta.set_dtype(static_cast<uint32_t>(payload.dtype));
+    if (!transport::ForEachFrame(meta, data, total, keep,
+                                 [&](grpc::ByteBuffer b) { return writer->Write(b); })) {
+      return false;  // the server ended the call; Finish() says why
+    }
+  }
+  return true;
+}
+
+grpc::ByteBuffer HeaderMessage(const ClientOptions& opt, int64_t step, int64_t base_step,
+                               std::optional<double> lr) {
+  proto::PushMessage msg;
+  FillHeader(opt, step, base_step, lr, &msg);
+  return transport::FrameHeader(msg.header());
+}
+
+// Reads a reply stream: a PullHeader, then chunks. "none" payloads for CPU float32
+// contiguous tensors are copied from the received slices straight into `out`; the others
+// are reassembled and decoded once the stream has ended (DecodeRest). Returns false if the
+// stream ended before its header (the status says why).
+struct ResultReader {
+  PsClient::Impl& impl;
+  std::vector<torch::Tensor>* out;
+  proto::PullHeader header;
+  std::vector<uint64_t> direct;  // per key: bytes copied into out (-1: not direct)
+  transport::PayloadAssembler assembler;
+  uint64_t bytes = 0;
+
+  ResultReader(PsClient::Impl& i, std::vector<torch::Tensor>* o)
+      : impl(i), out(o), direct(i.model.size(), kNotDirect), assembler(i.model) {}
+  static constexpr uint64_t kNotDirect = ~uint64_t{0};
+
+  template <typename Reader>
+  bool Read(Reader* reader) {
+    grpc::ByteBuffer buffer;
+    transport::WireMessage m;
+    if (!reader->Read(&buffer)) return false;
+    transport::ParseMessage(&buffer, &m);
+    GP_ENFORCE(m.has_header && header.ParseFromString(m.header),
+               "reply stream must start with a PullHeader");
+    while (reader->Read(&buffer)) {
+      transport::ParseMessage(&buffer, &m);
+      GP_ENFORCE(m.has_chunk, "reply stream has a second header");
+      Chunk(&m);
+    }
+    return true;
+  }
+
+  void Chunk(transport::WireMessage* m) {
+    proto::TensorChunk& c = m->chunk;
+    size_t i = 0;
+    while (i < impl.model.size() && impl.model[i].key != c.key()) ++i;
+    GP_ENFORCE(i < impl.model.size(), "server sent unknown key '", c.key(), "'");
+    torch::Tensor& o = (*out)[i];
+    const uint64_t size = static_cast<uint64_t>(o.numel()) * sizeof(float);
+    const bool can =
+        c.codec() == "none" && o.device().is_cpu() && o.scalar_type() == torch::kFloat32 &&
+        o.is_contiguous() && c.total_bytes() == size &&
+        std::vector<int64_t>(c.shape().begin(), c.shape().end()) == impl.model[i].shape;
+    if (c.offset() == 0 && can) direct[i] = 0;
+    if (direct[i] == kNotDirect) {  // reassembled, decoded at the end
+      std::string data;
+      data.reserve(m->data_size);
+      for (std::string_view v : m->data) data.append(v);
+      c.set_data(std::move(data));
+      assembler.Add(&c);
+      return;
+    }
+    GP_ENFORCE(can && c.offset() == direct[i] && m->data_size <= size - direct[i],
+               "server sent key '", c.key(), "' out of order (offset ", c.offset(), ")");
+    char* dst = static_cast<char*>(o.data_ptr()) + direct[i];
+    for (std::string_view v : m->data) {
+      std::memcpy(dst, v.data(), v.size());
+      dst += v.size();
+    }
+    direct[i] += m->data_size;
+    bytes += m->data_size;
+  }
+
+  // Checks every key arrived whole and decodes the reassembled ones into out; decode ms.
+  double DecodeRest() {
+    Timer t;
+    std::vector<KeyPayload> rest = assembler.Finish();
+    size_t r = 0;
+    for (size_t i = 0; i < impl.model.size(); ++i) {
+      if (direct[i] != kNotDirect) {
+        GP_ENFORCE(direct[i] == static_cast<uint64_t>((*out)[i].numel()) * sizeof(float),
+                   "server sent ", direct[i], " bytes of key '", impl.model[i].key, "'");
+        continue;
+      }
+      GP_ENFORCE(r < rest.size() && rest[r].key == impl.model[i].key, "server sent no key '",
+                 impl.model[i].key, "'");
+      const compressors::Payload& p = rest[r++].payload;
+      bytes += p.bytes.size();
+      GP_ENFORCE(p.shape == impl.model[i].shape, "server sent key '", impl.model[i].key,
+                 "' with shape ", ShapeToString(p.shape));
+      torch::Tensor& o = (*out)[i];
+      if (o.device().is_cpu() && o.scalar_type() == torch::kFloat32 && o.is_contiguous()) {
+        impl.Decoder(p.codec).DecodeTo(p.bytes, o.numel(), o.data_ptr<float>());  // in place
+      } else {
+        torch::NoGradGuard no_grad;
+        o.copy_(impl.Decoder(p.codec).Decode(p));
+      }
+    }
+    GP_ENFORCE(r == rest.size(), "server sent ", rest.size() - r, " extra keys");
+    return t.ElapsedMs();
+  }
+};
 
 void FillFromHeader(const proto::PullHeader& h, double rpc_ms, StepStats* st) {
   st->wait_ms = h.wait_ms();
@@ -317,36 +464,44 @@ void FillFromHeader(const proto::PullHeader& h, double rpc_ms, StepStats* st) {
 StepStats PsClient::PushPull(int64_t step, const std::vector<torch::Tensor>& grads,
                              std::vector<torch::Tensor>* out, int64_t base_step) {
   StepStats st;
-  const std::vector<KeyPayload> payloads = EncodeAll(*impl_, step, grads, &st);
+  const std::vector<KeyPush> pushes = EncodeAll(*impl_, step, grads, &st);
   CheckTensors(impl_->model, *out, "PushPull output");
-  proto::PullHeader header;
+  const grpc::internal::RpcMethod method(kPushPullMethod, grpc::internal::RpcMethod::BIDI_STREAMING,
+                                         impl_->channel);
   Timer rpc;
-  std::vector<KeyPayload> got = WithRetry(opt_, "PushPull", [&](grpc::ClientContext* ctx) {
-    auto stream = impl_->stub->PushPull(ctx);
-    proto::PushMessage msg;
-    FillHeader(opt_, step, base_step, server_lr_, &msg);
-    if (stream->Write(msg)) WritePayloads(stream.get(), payloads);
+  std::unique_ptr<ResultReader> got;
+  WithRetry(opt_, "PushPull", [&](grpc::ClientContext* ctx) {
+    std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
+        grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+            impl_->channel.get(), method, ctx));
+    if (stream->Write(HeaderMessage(opt_, step, base_step, server_lr_)))
+      WriteRawPush(stream.get(), pushes);
     stream->WritesDone();
-    auto result = ReadResult(stream.get(), impl_->model, &header);
+    got = std::make_unique<ResultReader>(*impl_, out);
+    const bool ok = got->Read(stream.get());
     transport::ThrowIfError(stream->Finish(), "PushPull");
-    GP_ENFORCE(header.step() >= 0 && !result.empty(), "PushPull: server sent no result");
-    return result;
+    GP_ENFORCE(ok && got->header.step() >= 0, "PushPull: server sent no result");
+    return 0;
   });
-  FillFromHeader(header, rpc.ElapsedMs(), &st);
-  st.decode_ms = DecodeInto(*impl_, got, out, &st.bytes_down);
+  FillFromHeader(got->header, rpc.ElapsedMs(), &st);
+  st.decode_ms = got->DecodeRest();
+  st.bytes_down = got->bytes;
   return st;
 }
 
 StepStats PsClient::Push(int64_t step, const std::vector<torch::Tensor>& grads, int64_t base_step) {
   StepStats st;
-  const std::vector<KeyPayload> payloads = EncodeAll(*impl_, step, grads, &st);
+  const std::vector<KeyPush> pushes = EncodeAll(*impl_, step, grads, &st);
+  const grpc::internal::RpcMethod method(kPushMethod, grpc::internal::RpcMethod::CLIENT_STREAMING,
+                                         impl_->channel);
   Timer rpc;
   proto::PushReply reply = WithRetry(opt_, "Push", [&](grpc::ClientContext* ctx) {
     proto::PushReply r;
-    auto writer = impl_->stub->Push(ctx, &r);
-    proto::PushMessage msg;
-    FillHeader(opt_, step, base_step, server_lr_, &msg);
-    if (writer->Write(msg)) WritePayloads(writer.get(), payloads);
+    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(impl_->channel.get(), method,
+                                                                      ctx, &r));
+    if (writer->Write(HeaderMessage(opt_, step, base_step, server_lr_)))
+      WriteRawPush(writer.get(), pushes);
     writer->WritesDone();
     transport::ThrowIfError(writer->Finish(), "Push");
     return r;
@@ -364,16 +519,23 @@ StepStats PsClient::Pull(std::vector<torch::Tensor>* out, int64_t step) {
   req.set_worker_id(opt_.worker_id);
   req.set_incarnation(opt_.incarnation);
   req.set_step(step);
-  proto::PullHeader header;
+  const grpc::internal::RpcMethod method(kPullMethod, grpc::internal::RpcMethod::SERVER_STREAMING,
+                                         impl_->channel);
   Timer rpc;
-  std::vector<KeyPayload> got = WithRetry(opt_, "Pull", [&](grpc::ClientContext* ctx) {
-    auto reader = impl_->stub->Pull(ctx, req);
-    auto payloads = ReadResult(reader.get(), impl_->model, &header);
+  std::unique_ptr<ResultReader> got;
+  WithRetry(opt_, "Pull", [&](grpc::ClientContext* ctx) {
+    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(impl_->channel.get(), method,
+                                                                      ctx, req));
+    got = std::make_unique<ResultReader>(*impl_, out);
+    const bool ok = got->Read(reader.get());
     transport::ThrowIfError(reader->Finish(), "Pull");
-    return payloads;
+    GP_ENFORCE(ok, "Pull: server sent no result");
+    return 0;
   });
-  FillFromHeader(header, rpc.ElapsedMs(), &st);
-  st.decode_ms = DecodeInto(*impl_, got, out, &st.bytes_down);
+  FillFromHeader(got->header, rpc.ElapsedMs(), &st);
+  st.decode_ms = got->DecodeRest();
+  st.bytes_down = got->bytes;
   return st;
 }
 

@@ -1,0 +1,198 @@
+// Streamed pushes (ParameterStore::BeginPush) and their wire format (transport/wire.h):
+// pieces of any size, the accumulator or a staging buffer, more pushes than buffers, and
+// the store left unchanged by a push that fails or breaks off midway.
+#include <chrono>
+#include <cstring>
+#include <future>
+
+#include "server/parameter_store.h"
+#include "tests/server/cluster.h"
+#include "transport/wire.h"
+
+namespace gradpress::testing {
+namespace {
+
+using server::ParameterStore;
+
+server::Clock::time_point Soon() { return server::Clock::now() + std::chrono::seconds(20); }
+std::string Name(int w) { return "worker-" + std::to_string(w); }
+
+const std::vector<TensorSpec> kModel = Specs({{1000}, {3, 5}});
+
+struct Store {
+  explicit Store(int workers) : store(Options(workers)) {
+    for (int w = 0; w < workers; ++w) store.Register({Name(w), 1}, kModel, "job");
+    store.InitWeights({Name(0), 1}, {NonePayload("layer0", torch::zeros({1000})),
+                                     NonePayload("layer1", torch::zeros({3, 5}))});
+  }
+  static server::StoreOptions Options(int workers) {
+    server::StoreOptions o;
+    o.workers = workers;
+    o.threads = 2;
+    o.stats_every = 0;
+    return o;
+  }
+  ParameterStore store;
+};
+
+std::vector<torch::Tensor> Grads(int w) {
+  auto gen = at::detail::createCPUGenerator(77 + w);
+  return {torch::randn({1000}, gen), torch::randn({3, 5}, gen)};
+}
+
+// Sends a tensor's "none" payload in pieces of `piece` bytes (floats straddle pieces).
+void AddInPieces(ParameterStore::PushSession& s, const std::string& key, const torch::Tensor& t,
+                 size_t piece) {
+  const std::string bytes = NonePayload(key, t).payload.bytes;
+  ParameterStore::Piece p{key, "none", t.sizes().vec(), 0, bytes.size(), 0};
+  for (size_t off = 0; off < bytes.size(); off += piece) {
+    p.offset = off;
+    s.Add(p, std::string_view(bytes).substr(off, piece));
+  }
+}
+
+void AddAll(ParameterStore::PushSession& s, const std::vector<torch::Tensor>& g, size_t piece) {
+  AddInPieces(s, "layer0", g[0], piece);
+  AddInPieces(s, "layer1", g[1], piece);
+}
+
+torch::Tensor Key(const server::StepResult& r, size_t i) {
+  const std::string& b = r.payloads[i].payload.bytes;
+  auto t = torch::empty({static_cast<int64_t>(b.size() / sizeof(float))});
+  std::memcpy(t.data_ptr<float>(), b.data(), b.size());
+  return t.view(kModel[i].shape);
+}
+
+void CheckMean(const server::StepResult& r, const std::vector<std::vector<torch::Tensor>>& g) {
+  for (size_t i = 0; i < kModel.size(); ++i) {
+    torch::Tensor sum = torch::zeros(kModel[i].shape);
+    for (const auto& w : g) sum += w[i];
+    CHECK(torch::allclose(Key(r, i), sum / static_cast<double>(g.size()), 1e-6, 1e-6));
+  }
+}
+
+TEST_CASE("streamed push: odd pieces, staging push committed before the first", "[server]") {
+  Store s(2);
+  auto first = s.store.BeginPush({Name(0), 1}, 0, 0, Soon());   // lands in the accumulator
+  auto second = s.store.BeginPush({Name(1), 1}, 0, 0, Soon());  // in a staging buffer
+  AddAll(*second, Grads(1), 7);
+  // The staging push waits for the first to land before it is added.
+  auto committed = std::async(std::launch::async, [&] { return second->Commit(false); });
+  CHECK(committed.wait_for(std::chrono::milliseconds(50)) == std::future_status::timeout);
+  AddAll(*first, Grads(0), 4096 + 3);
+  first->Commit(false);
+  committed.get();
+  auto r = s.store.Pull({Name(0), 1}, 0, Soon());
+  REQUIRE(r->contributors == 2);
+  CheckMean(*r, {Grads(0), Grads(1)});
+}
+
+TEST_CASE("streamed push broken off or rejected midway leaves the store unchanged", "[server]") {
+  Store s(2);
+  {  // the step's first push breaks off half way through (stream ended, client gone)
+    auto broken = s.store.BeginPush({Name(0), 1}, 0, 0, Soon());
+    AddInPieces(*broken, "layer0", Grads(9)[0], 1000);
+  }
+  {  // NaN in the last piece of a staged push
+    auto first = s.store.BeginPush({Name(0), 1}, 0, 0, Soon());
+    AddAll(*first, Grads(0), 512);
+    first->Commit(false);
+    auto bad = Grads(1);
+    bad[0][999] = std::numeric_limits<float>::quiet_NaN();
+    auto session = s.store.BeginPush({Name(1), 1}, 0, 0, Soon());
+    CHECK_THROWS_WITH(AddAll(*session, bad, 512), Catch::Contains("key 'layer0'") &&
+                                                      Catch::Contains("NaN or Inf at element 999"));
+  }
+  {  // a key missing at Commit
+    auto session = s.store.BeginPush({Name(1), 1}, 0, 0, Soon());
+    AddInPieces(*session, "layer0", Grads(1)[0], 100);
+    CHECK_THROWS_WITH(session->Commit(), Catch::Contains("missing key 'layer1'"));
+  }
+  auto session = s.store.BeginPush({Name(1), 1}, 0, 0, Soon());
+  AddAll(*session, Grads(1), 100);
+  auto r = session->Commit();
+  CHECK(r.result->contributors == 2);
+  CheckMean(*r.result, {Grads(0), Grads(1)});
+  CHECK(s.store.Stats().rejected.at("non_finite") == 1);
+}
+
+TEST_CASE("more concurrent pushes than buffers: the later ones wait for a free one", "[server]") {
+  Store s(4);
+  for (int64_t step = 0; step < 3; ++step) {
+    std::vector<std::shared_ptr<const server::StepResult>> got(4);
+    Cluster::Parallel(4, [&](int w) {
+      auto session = s.store.BeginPush({Name(w), 1}, step, 0, Soon());
+      AddAll(*session, Grads(w), 1 << 10);
+      got[w] = session->Commit().result;
+    });
+    for (const auto& r : got) CHECK(r == got[0]);
+    CheckMean(*got[0], {Grads(0), Grads(1), Grads(2), Grads(3)});
+  }
+}
+
+grpc::ByteBuffer Buffer(const std::string& bytes, size_t split) {
+  grpc::Slice slices[2] = {grpc::Slice(bytes.data(), split),
+                           grpc::Slice(bytes.data() + split, bytes.size() - split)};
+  return grpc::ByteBuffer(slices, 2);
+}
+
+TEST_CASE("wire: raw chunk frames are protobuf messages, and back", "[server]") {
+  proto::TensorChunk meta;
+  meta.set_key("conv1.weight");
+  meta.set_codec("none");
+  meta.add_shape(3);
+  meta.add_shape(5);
+  meta.set_total_bytes(60);
+  meta.set_offset(20);
+  const std::string data = "0123456789abcdefghijklmnopqrstuvwxyz0123";
+  grpc::ByteBuffer framed = transport::FrameChunk(meta, data.data(), data.size());
+  std::vector<grpc::Slice> slices;
+  REQUIRE(framed.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  proto::PushMessage parsed;
+  REQUIRE(parsed.ParseFromString(bytes));  // what the generated types read
+  CHECK(parsed.chunk().key() == "conv1.weight");
+  CHECK(parsed.chunk().offset() == 20);
+  CHECK(parsed.chunk().data() == data);
+
+  // And a protobuf-serialized message, split anywhere, read as views.
+  const std::string proto_bytes = parsed.SerializeAsString();
+  for (size_t split : {size_t{1}, size_t{5}, proto_bytes.size() - 7, proto_bytes.size() - 1}) {
+    grpc::ByteBuffer b = Buffer(proto_bytes, split);
+    transport::WireMessage m;
+    transport::ParseMessage(&b, &m);
+    REQUIRE(m.has_chunk);
+    CHECK(m.chunk.key() == "conv1.weight");
+    CHECK(m.chunk.shape_size() == 2);
+    CHECK(m.chunk.total_bytes() == 60);
+    std::string got;
+    for (auto v : m.data) got.append(v);
+    CHECK(got == data);
+    CHECK(m.data_size == data.size());
+  }
+
+  proto::PushHeader h;
+  h.set_worker_id("worker-3");
+  h.set_step(42);
+  grpc::ByteBuffer hb = transport::FrameHeader(h);
+  transport::WireMessage m;
+  transport::ParseMessage(&hb, &m);
+  proto::PushHeader back;
+  REQUIRE((m.has_header && back.ParseFromString(m.header)));
+  CHECK(back.worker_id() == "worker-3");
+  CHECK(back.step() == 42);
+
+  // Malformed: cut short, or a length past the end.
+  for (size_t cut : {size_t{1}, size_t{10}, proto_bytes.size() - 1}) {
+    grpc::ByteBuffer b = Buffer(proto_bytes.substr(0, cut), cut / 2);
+    CHECK_THROWS_AS(transport::ParseMessage(&b, &m), InvalidArgument);
+  }
+  std::string long_len = proto_bytes;
+  long_len[1] = '\x7f';
+  grpc::ByteBuffer b = Buffer(long_len, 3);
+  CHECK_THROWS_AS(transport::ParseMessage(&b, &m), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace gradpress::testing
