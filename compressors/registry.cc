@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "compressors/dgc.h"
+#include "compressors/efsignsgd.h"
 #include "compressors/error_feedback.h"
 #include "compressors/fp16.h"
 #include "compressors/gaussiank.h"
@@ -12,8 +13,10 @@
 #include "compressors/none.h"
 #include "compressors/onebit.h"
 #include "compressors/pipeline.h"
+#include "compressors/powersgd.h"
 #include "compressors/qsgd.h"
 #include "compressors/randomk.h"
+#include "compressors/signum.h"
 #include "compressors/terngrad.h"
 #include "compressors/threshold.h"
 #include "compressors/topk.h"
@@ -34,7 +37,7 @@ void Register(const std::string& name) {
 std::string KnownNames() {
   std::string s;
   for (const auto& name : RegisteredCompressorNames()) s += (s.empty() ? "" : ", ") + name;
-  return s;
+  return s + ", and the preset " + kEfSignSgd;
 }
 
 }  // namespace
@@ -57,6 +60,8 @@ void RegisterBuiltinCompressors() {
     Register<ThresholdCompressor>("threshold");
     Register<GaussianKCompressor>("gaussiank");
     Register<DgcCompressor>("dgc");
+    Register<PowerSgdCompressor>("powersgd");
+    Register<SignumCompressor>("signum");
   });
 }
 
@@ -67,6 +72,8 @@ std::vector<std::string> RegisteredCompressorNames() {
 }
 
 std::unique_ptr<Compressor> MakeCompressor(const CompressorConfig& config) {
+  // Presets name a configured codec and have no factory of their own (efsignsgd.h).
+  if (config.codec == kEfSignSgd) return MakeCompressor(ExpandEfSignSgd(config));
   auto it = Registry().find(config.codec);
   GP_ENFORCE(it != Registry().end(), "unknown codec '", config.codec,
              "'; known codecs: ", KnownNames());

@@ -31,7 +31,7 @@ TEST_CASE("the registry holds the whole catalogue", "[conformance]") {
   RegisterBuiltinCompressors();
   const auto names = RegisteredCompressorNames();
   for (const char* want : {"none", "fp16", "int8", "qsgd", "terngrad", "onebit", "topk", "randomk",
-                           "threshold", "gaussiank", "dgc"}) {
+                           "threshold", "gaussiank", "dgc", "powersgd", "signum"}) {
     CHECK(std::find(names.begin(), names.end(), want) != names.end());
   }
 }

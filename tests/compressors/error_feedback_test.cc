@@ -38,6 +38,9 @@ TEST_CASE("error feedback conserves the gradient sum", "[error_feedback]") {
   CheckConservation("onebit scaling=mean bucket_size=333");
   CheckConservation("topk ratio=0.01", "qsgd levels=16");
   CheckConservation("qsgd levels=4");
+  CheckConservation("powersgd");
+  CheckConservation("powersgd rank=4");
+  CheckConservation("signum");
 }
 
 TEST_CASE("error feedback makes top-k send what it skipped", "[error_feedback]") {
