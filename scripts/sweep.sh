@@ -165,7 +165,7 @@ set output '$out/accuracy.png'
 set title 'test accuracy ($mode, $workers workers)'
 set ylabel 'test accuracy'
 set yrange [0:1]
-plot '$tmp/runs.dat' using 2:xtic(1) title 'test accuracy'
+plot '$tmp/runs.dat' using 2:xtic(1) notitle
 set autoscale y
 set output '$out/time.png'
 set title 'time per step: compute vs communication ($mode)'
@@ -186,13 +186,13 @@ unset logscale y
 set output '$out/total_time.png'
 set title 'total time ($mode)'
 set ylabel 'wall seconds'; set yrange [0:*]
-plot '$tmp/runs.dat' using 11:xtic(1) title 'wall time'
+plot '$tmp/runs.dat' using 11:xtic(1) notitle
 set terminal pngcairo size $((width * 2)),1200 noenhanced
 set output '$out/results.png'
 set multiplot layout 2,2 title 'gradpress sweep: $out ($mode, $workers workers)'
 set style histogram clustered gap 1
 set title 'test accuracy'; set ylabel 'test accuracy'; set yrange [0:1]; set key top left
-plot '$tmp/runs.dat' using 2:xtic(1) title 'test accuracy'
+plot '$tmp/runs.dat' using 2:xtic(1) notitle
 set autoscale y
 set title 'time per step'; set ylabel 'ms per step'; set style histogram rowstacked
 set key outside right top
@@ -204,7 +204,7 @@ set style histogram clustered gap 1; set logscale y; set key top right inside
 plot '$tmp/runs.dat' using 3:xtic(1) title 'up', '' using 4 title 'down'
 unset logscale y
 set title 'total time'; set ylabel 'wall seconds'; set yrange [0:*]
-plot '$tmp/runs.dat' using 11:xtic(1) title 'wall time'
+plot '$tmp/runs.dat' using 11:xtic(1) notitle
 unset multiplot
 GP
 echo "sweep.sh: $i runs; wrote $csv and $out/{accuracy,time,bytes,total_time,results}.png"

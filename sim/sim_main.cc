@@ -55,8 +55,7 @@ int main(int argc, char** argv) {
   try {
     config = gradpress::LoadConfig(config_path, overrides);
     if (workers) config.cluster.workers = *workers;
-    GP_ENFORCE(config.cluster.workers >= 1, "--workers must be >= 1, got ",
-               config.cluster.workers);
+    GP_ENFORCE(config.cluster.workers >= 1, "--workers must be >= 1, got ", config.cluster.workers);
     if (print_config) {
       std::cout << gradpress::ToYaml(config);
       return 0;

@@ -85,7 +85,8 @@ worker::TrainSummary Simulator::Run() {
     Timer epoch_timer;
     std::vector<std::vector<int64_t>> idx;
     for (int r = 0; r < nw; ++r)
-      idx.push_back(worker::data::EpochIndices(n, r, nw, epoch, static_cast<uint64_t>(c.train.seed)));
+      idx.push_back(
+          worker::data::EpochIndices(n, r, nw, epoch, static_cast<uint64_t>(c.train.seed)));
     std::vector<int64_t> correct(nw, 0);
     int64_t seen = 0;
     bool stop = false;

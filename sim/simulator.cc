@@ -60,8 +60,8 @@ void RefuseUnsimulated(const Config& c) {
   for (const auto& [key, value] : mine) {
     if (key == "compress.min_numel" || key == "compress.skip_1d") continue;
     auto d = defaults.find(key);
-    GP_ENFORCE(d != defaults.end() && d->second == value, "gradpress-sim does not simulate ",
-               key, " (", value, ") yet: run this config on the cluster (scripts/run.sh)");
+    GP_ENFORCE(d != defaults.end() && d->second == value, "gradpress-sim does not simulate ", key,
+               " (", value, ") yet: run this config on the cluster (scripts/run.sh)");
   }
 }
 
@@ -93,7 +93,8 @@ Simulator::Simulator(SimOptions options)
   const int models = periodic() ? opt_.workers : 1;
   for (int m = 0; m < models; ++m) {
     torch::manual_seed(c.train.seed);
-    models_.push_back(worker::models::MakeModel(c.model, channels, size, worker::data::kNumClasses));
+    models_.push_back(
+        worker::models::MakeModel(c.model, channels, size, worker::data::kNumClasses));
     models_.back()->to(device_);
     models_.back()->train();
     params_.emplace_back();
@@ -245,8 +246,7 @@ double Simulator::PullResult(int64_t step, uint64_t* bytes, double* server_ms) {
     *bytes += p.bytes.size();
     auto& decoder = decoders_[p.codec];
     if (!decoder) decoder = compressors::MakeDecoder(p.codec);
-    decoder->DecodeTo(p.bytes, received_[i].numel(),
-                                                received_[i].data_ptr<float>());
+    decoder->DecodeTo(p.bytes, received_[i].numel(), received_[i].data_ptr<float>());
   }
   return t.ElapsedMs();
 }
@@ -309,8 +309,8 @@ double Simulator::Evaluate(int rank) {
   const int64_t n = test.size(), batch = 256;
   for (int64_t b = 0; b < n; b += batch) {
     const int64_t e = std::min(n, b + batch);
-    torch::Tensor logits = models_[periodic() ? rank : 0]->forward(
-        test.images.slice(0, b, e).to(device_));
+    torch::Tensor logits =
+        models_[periodic() ? rank : 0]->forward(test.images.slice(0, b, e).to(device_));
     correct += logits.argmax(1).eq(test.labels.slice(0, b, e).to(device_)).sum().item<int64_t>();
   }
   model.train();

@@ -28,8 +28,8 @@
 // Timings per worker step: compute_ms (its forward + backward, plus the optimizer step every
 // worker pays), encode_ms (its push), decode_ms (the step's result, decoded once), server_ms
 // (the store's finalize + mean validate/accumulate per push, what a real PullHeader reports);
-// network_ms and wait_ms are 0; step_ms = compute + encode + server + decode: a step over an ideal network, no stragglers.
-// Thread-safety: one thread per Simulator.
+// network_ms and wait_ms are 0; step_ms = compute + encode + server + decode: a step over an ideal
+// network, no stragglers. Thread-safety: one thread per Simulator.
 #include <torch/optim/optimizer.h>
 #include <torch/types.h>
 

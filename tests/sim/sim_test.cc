@@ -1,7 +1,5 @@
 // gradpress-sim against the real thing: the Simulator's weights after 20 steps equal those
 // of 2 worker::Trainer threads against an in-process gRPC server (tests/server/cluster.h).
-#include "sim/simulator.h"
-
 #include <unistd.h>
 
 #include <filesystem>
@@ -10,6 +8,7 @@
 
 #include "common/config.h"
 #include "server/server_options.h"
+#include "sim/simulator.h"
 #include "tests/server/cluster.h"
 #include "worker/models/net.h"
 #include "worker/trainer.h"
@@ -101,12 +100,12 @@ void ExpectSame(const Config& c, double tolerance) {
   Config untrained = c;
   untrained.train.epochs = 0;
   const double moved = MaxDiff(real.weights[0], RunSim(untrained).weights[0]);
-  WARN(c.name << ": max |w_sim - w_distributed| = " << diff << ", BatchNorm statistics "
-              << buffers << " (" << real.buffers[0].size() << " tensors), weights moved by " << moved
+  WARN(c.name << ": max |w_sim - w_distributed| = " << diff << ", BatchNorm statistics " << buffers
+              << " (" << real.buffers[0].size() << " tensors), weights moved by " << moved
               << "; bytes up/step " << simulated.summary.bytes_up_per_step << " vs "
-              << real.summary.bytes_up_per_step << ", down " << simulated.summary.bytes_down_per_step
-              << " vs " << real.summary.bytes_down_per_step << ", test_acc "
-              << simulated.summary.test_acc << " vs " << real.summary.test_acc);
+              << real.summary.bytes_up_per_step << ", down "
+              << simulated.summary.bytes_down_per_step << " vs " << real.summary.bytes_down_per_step
+              << ", test_acc " << simulated.summary.test_acc << " vs " << real.summary.test_acc);
   CHECK(moved > 1e-2);
   CHECK(diff <= tolerance);
   CHECK(buffers <= tolerance);
@@ -176,10 +175,10 @@ TEST_CASE("sim writes metrics.jsonl and summary.json with the worker's field nam
   std::ifstream f(dir + "/summary.json");
   std::stringstream summary;
   summary << f.rdbuf();
-  for (const char* k : {"name", "method", "model", "dataset", "workers", "steps", "epochs",
-                        "test_acc", "bytes_up_per_step", "bytes_down_per_step", "ratio_up",
-                        "ratio_down", "step_ms", "compute_ms", "encode_ms", "network_ms",
-                        "decode_ms", "wait_ms", "wall_s"})
+  for (const char* k :
+       {"name", "method", "model", "dataset", "workers", "steps", "epochs", "test_acc",
+        "bytes_up_per_step", "bytes_down_per_step", "ratio_up", "ratio_down", "step_ms",
+        "compute_ms", "encode_ms", "network_ms", "decode_ms", "wait_ms", "wall_s"})
     CHECK(summary.str().find(std::string("\"") + k + "\"") != std::string::npos);
   CHECK(summary.str().find("\"workers\": 3") != std::string::npos);
   std::ifstream m(dir + "/metrics.jsonl");
@@ -197,10 +196,14 @@ TEST_CASE("sim writes metrics.jsonl and summary.json with the worker's field nam
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("sim refuses async mode with a clear error", "[sim]") {
+TEST_CASE("sim refuses what it does not simulate, naming it", "[sim]") {
   sim::SimOptions o;
   o.config = ParseConfig(kBase, "<config>", {"sync.mode=async", "sync.exchange=weights"});
   CHECK_THROWS_WITH(sim::Simulator(o), Catch::Contains("sync mode only"));
+  o.config = ParseConfig(kBase, "<config>", {"compress.momentum_correction=0.9"});
+  CHECK_THROWS_WITH(sim::Simulator(o), Catch::Contains("compress.momentum_correction"));
+  o.config = ParseConfig(kBase, "<config>", {"sync.exchange=gaussian"});
+  CHECK_THROWS_WITH(sim::Simulator(o), Catch::Contains("gaussian"));
 }
 
 }  // namespace
