@@ -5,6 +5,7 @@
 #   scripts/run.sh                                   # LeNet / Fashion-MNIST, method 1 vs method 5
 #   scripts/run.sh configs/lenet_fmnist_m3.yaml --set train.epochs=2 --workers 2
 #   scripts/run.sh --resume runs/lenet-fmnist-m1/20261122-1300   # continue a stopped run
+#   scripts/run.sh --table runs/lenet-fmnist-m1/20261122-1300 ...  # the table of finished runs
 #
 # Each run writes runs/<name>/<timestamp>/: config.yaml, server.log, worker-<rank>.log,
 # metrics.jsonl, summary.json, ckpt/ (server and worker-<rank> checkpoints every
@@ -18,13 +19,15 @@ configs=()
 sets=()
 workers=2
 resume_dir=""
+table_dirs=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --set) sets+=(--set "$2"); shift 2 ;;
     --set=*) sets+=(--set "${1#--set=}"); shift ;;
     --workers) workers=$2; shift 2 ;;
     --resume) resume_dir=${2%/}; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --table) shift; while [[ $# -gt 0 && "$1" != -* ]]; do table_dirs+=("${1%/}"); shift; done ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     -*) echo "run.sh: unknown option '$1'" >&2; exit 2 ;;
     *) [[ -f "$1" ]] || { echo "run.sh: no config file '$1'" >&2; exit 2; }
        configs+=("$1"); shift ;;
@@ -38,6 +41,35 @@ if [[ -n "$resume_dir" ]]; then
 fi
 [[ ${#configs[@]} -gt 0 ]] || configs=(configs/lenet_fmnist_m1.yaml configs/lenet_fmnist_m5.yaml)
 [[ "$workers" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --workers takes a positive integer" >&2; exit 2; }
+
+print_table() {
+  printf '\n%-24s %8s %9s %13s %13s %9s %9s %8s %8s %8s %8s %8s %8s %8s %7s\n' run test_acc train_acc \
+    "bytes_up/st" "bytes_dn/st" ratio_up ratio_dn step_ms compute encode network decode wait \
+    MB_total wall_s
+  for d in "$@"; do
+    s=$d/summary.json
+    [[ -f "$s" ]] || { echo "run.sh: $s missing" >&2; continue; }
+    # rank 0's last epoch line: train accuracy and cumulative payload bytes (up + down)
+    last=$(grep '"rank": 0, "epoch"' "$d/metrics.jsonl" | grep train_acc | tail -n 1)
+    train_acc=$(echo "$last" | sed -n 's/.*"train_acc": \([0-9.e+-]*\).*/\1/p')
+    total=$(echo "$last" | sed -n 's/.*"bytes_total": \([0-9.e+-]*\).*/\1/p')
+    printf '%-24s %8.4f %9.4f %13.0f %13.0f %9.1f %9.1f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.1f %7.1f\n' \
+      "$(field "$s" name)" "$(field "$s" test_acc)" "${train_acc:-0}" "$(field "$s" bytes_up_per_step)" \
+      "$(field "$s" bytes_down_per_step)" "$(field "$s" ratio_up)" "$(field "$s" ratio_down)" \
+      "$(field "$s" step_ms)" "$(field "$s" compute_ms)" "$(field "$s" encode_ms)" \
+      "$(field "$s" network_ms)" "$(field "$s" decode_ms)" "$(field "$s" wait_ms)" \
+      "$(awk -v b="${total:-0}" 'BEGIN {print b / 1e6}')" "$(field "$s" wall_s)"
+  done
+  echo "(times in ms per step; bytes are payload bytes per worker per step; MB_total: one worker's payload MB up + down over the run; plots: scripts/plot.sh $*)"
+}
+
+# Reads one numeric or string field from a flat JSON file.
+field() { sed -n "s/.*\"$2\"[[:space:]]*:[[:space:]]*\"\{0,1\}\([^,\"}]*\).*/\1/p" "$1" | head -1; }
+
+if [[ ${#table_dirs[@]} -gt 0 ]]; then
+  print_table "${table_dirs[@]}"
+  exit 0
+fi
 
 BUILD_DIR=${BUILD_DIR:-build}
 server_bin=$BUILD_DIR/server/gradpress-server
@@ -69,9 +101,6 @@ stop_all() {
 }
 trap 'echo; echo "run.sh: interrupted, stopping"; stop_all; exit 130' INT TERM
 trap stop_all EXIT
-
-# Reads one numeric or string field from a flat JSON file.
-field() { sed -n "s/.*\"$2\"[[:space:]]*:[[:space:]]*\"\{0,1\}\([^,\"}]*\).*/\1/p" "$1" | head -1; }
 
 run_dirs=()
 for cfg in "${configs[@]}"; do
@@ -136,15 +165,4 @@ for cfg in "${configs[@]}"; do
   run_dirs+=("$run_dir")
 done
 
-printf '\n%-24s %8s %13s %13s %9s %9s %8s %8s %8s %8s %8s %8s\n' run test_acc \
-  "bytes_up/st" "bytes_dn/st" ratio_up ratio_dn step_ms compute encode network decode wait
-for d in "${run_dirs[@]}"; do
-  s=$d/summary.json
-  [[ -f "$s" ]] || { echo "run.sh: $s missing" >&2; continue; }
-  printf '%-24s %8.4f %13.0f %13.0f %9.1f %9.1f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n' \
-    "$(field "$s" name)" "$(field "$s" test_acc)" "$(field "$s" bytes_up_per_step)" \
-    "$(field "$s" bytes_down_per_step)" "$(field "$s" ratio_up)" "$(field "$s" ratio_down)" \
-    "$(field "$s" step_ms)" "$(field "$s" compute_ms)" "$(field "$s" encode_ms)" \
-    "$(field "$s" network_ms)" "$(field "$s" decode_ms)" "$(field "$s" wait_ms)"
-done
-echo "(times in ms per step; bytes are payload bytes per worker per step; plots: scripts/plot.sh ${run_dirs[*]})"
+print_table "${run_dirs[@]}"
