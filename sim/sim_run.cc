@@ -8,8 +8,8 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/json_line.h"
 #include "common/timer.h"
-#include "sim/json_line.h"
 #include "sim/simulator.h"
 #include "worker/data/sampler.h"
 #include "worker/data/transforms.h"

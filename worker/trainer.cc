@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/json_line.h"
 #include "common/timer.h"
 #include "compressors/compressor_config.h"
 #include "compressors/registry.h"
@@ -36,46 +37,6 @@ torch::Device PickDevice(const std::string& device) {
     return torch::Device(torch::kCUDA);
   return torch::Device(torch::kCPU);
 }
-
-// A flat JSON object writer: keys in insertion order, numbers and strings only.
-class JsonLine {
- public:
-  JsonLine& Num(const std::string& k, double v) {
-    Key(k);
-    if (std::isfinite(v)) {
-      std::ostringstream s;
-      s.precision(10);
-      s << v;
-      out_ += s.str();
-    } else {
-      out_ += "null";
-    }
-    return *this;
-  }
-  JsonLine& Int(const std::string& k, int64_t v) {
-    Key(k);
-    out_ += std::to_string(v);
-    return *this;
-  }
-  JsonLine& Str(const std::string& k, const std::string& v) {
-    Key(k);
-    out_ += '"';
-    for (char c : v) {
-      if (c == '"' || c == '\\') out_ += '\\';
-      out_ += c;
-    }
-    out_ += '"';
-    return *this;
-  }
-  std::string Done() const { return out_ + "}"; }
-
- private:
-  void Key(const std::string& k) {
-    out_ += out_.size() > 1 ? ", \"" : "\"";
-    out_ += k + "\": ";
-  }
-  std::string out_ = "{";
-};
 
 }  // namespace
 

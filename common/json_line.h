@@ -4,14 +4,14 @@
 //
 //   std::string s = JsonLine().Int("step", 3).Num("loss", 0.25).Str("name", "x").Done();
 //
-// The same writer as worker/trainer.cc's (local there), so sim and worker lines read alike.
+// Shared by worker/trainer.cc and sim/, so their lines read alike.
 // Thread-safety: a value.
 #include <cmath>
 #include <cstdint>
 #include <sstream>
 #include <string>
 
-namespace gradpress::sim {
+namespace gradpress {
 
 class JsonLine {
  public:
@@ -52,4 +52,4 @@ class JsonLine {
   std::string out_ = "{";
 };
 
-}  // namespace gradpress::sim
+}  // namespace gradpress
