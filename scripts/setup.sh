@@ -14,6 +14,7 @@ PACKAGES=(
   libspdlog-dev libcli11-dev catch2 libyaml-cpp-dev zlib1g-dev
   dataset-fashion-mnist
   clang-format gnuplot-nox iproute2 procps
+  docker-compose python3-grpcio python3-yaml
 )
 
 missing=()
