@@ -17,44 +17,6 @@
 
 namespace gradpress::sim {
 
-namespace {
-
-void WriteSummary(const std::string& run_dir, const Config& c, int workers,
-                  const worker::TrainSummary& s, double server_ms) {
-  const std::string text = JsonLine()
-                               .Str("name", c.name)
-                               .Str("method", c.name)
-                               .Str("model", c.model)
-                               .Str("dataset", c.dataset.name)
-                               .Int("workers", workers)
-                               .Int("steps", s.steps)
-                               .Int("epochs", s.epochs)
-                               .Num("test_acc", s.test_acc)
-                               .Num("bytes_up_per_step", s.bytes_up_per_step)
-                               .Num("bytes_down_per_step", s.bytes_down_per_step)
-                               .Num("ratio_up", s.ratio_up)
-                               .Num("ratio_down", s.ratio_down)
-                               .Num("step_ms", s.step_ms)
-                               .Num("compute_ms", s.compute_ms)
-                               .Num("encode_ms", s.encode_ms)
-                               .Num("network_ms", s.network_ms)
-                               .Num("decode_ms", s.decode_ms)
-                               .Num("wait_ms", s.wait_ms)
-                               .Num("wall_s", s.wall_s)
-                               .Num("server_ms", server_ms)
-                               .Str("runner", "sim")
-                               .Done();
-  const std::string path = run_dir + "/summary.json";
-  {
-    std::ofstream f(path + ".tmp", std::ios::trunc);
-    f << text << "\n";
-    GP_ENFORCE(f.good(), "cannot write ", path);
-  }
-  std::filesystem::rename(path + ".tmp", path);
-}
-
-}  // namespace
-
 worker::TrainSummary Simulator::Run() {
   const Config& c = opt_.config;
   const int nw = opt_.workers;
@@ -184,7 +146,10 @@ worker::TrainSummary Simulator::Run() {
   server_ms /= d;
   s.network_ms = s.wait_ms = 0;
   s.wall_s = wall.ElapsedSeconds();
-  if (!opt_.run_dir.empty() && done > 0) WriteSummary(opt_.run_dir, c, nw, s, server_ms);
+  if (!opt_.run_dir.empty() && done > 0)
+    worker::WriteSummaryJson(opt_.run_dir, c, nw, s, [&](JsonLine& line) {
+      line.Num("server_ms", server_ms).Str("runner", "sim");
+    });
   return s;
 }
 

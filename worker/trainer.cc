@@ -442,33 +442,36 @@ TrainSummary Trainer::Run() {
 }
 
 void Trainer::WriteSummary(const TrainSummary& s) const {
-  if (opt_.run_dir.empty()) return;
-  const Config& c = opt_.config;
-  const std::string text = JsonLine()
-                               .Str("name", c.name)
-                               .Str("method", c.name)
-                               .Str("model", c.model)
-                               .Str("dataset", c.dataset.name)
-                               .Int("workers", opt_.workers)
-                               .Int("steps", s.steps)
-                               .Int("epochs", s.epochs)
-                               .Num("test_acc", s.test_acc)
-                               .Num("bytes_up_per_step", s.bytes_up_per_step)
-                               .Num("bytes_down_per_step", s.bytes_down_per_step)
-                               .Num("ratio_up", s.ratio_up)
-                               .Num("ratio_down", s.ratio_down)
-                               .Num("step_ms", s.step_ms)
-                               .Num("compute_ms", s.compute_ms)
-                               .Num("encode_ms", s.encode_ms)
-                               .Num("network_ms", s.network_ms)
-                               .Num("decode_ms", s.decode_ms)
-                               .Num("wait_ms", s.wait_ms)
-                               .Num("wall_s", s.wall_s)
-                               .Done();
-  const std::string path = opt_.run_dir + "/summary.json";
+  if (!opt_.run_dir.empty()) WriteSummaryJson(opt_.run_dir, opt_.config, opt_.workers, s);
+}
+
+void WriteSummaryJson(const std::string& run_dir, const Config& c, int workers,
+                      const TrainSummary& s, const std::function<void(JsonLine&)>& extra) {
+  JsonLine line;
+  line.Str("name", c.name)
+      .Str("method", c.name)
+      .Str("model", c.model)
+      .Str("dataset", c.dataset.name)
+      .Int("workers", workers)
+      .Int("steps", s.steps)
+      .Int("epochs", s.epochs)
+      .Num("test_acc", s.test_acc)
+      .Num("bytes_up_per_step", s.bytes_up_per_step)
+      .Num("bytes_down_per_step", s.bytes_down_per_step)
+      .Num("ratio_up", s.ratio_up)
+      .Num("ratio_down", s.ratio_down)
+      .Num("step_ms", s.step_ms)
+      .Num("compute_ms", s.compute_ms)
+      .Num("encode_ms", s.encode_ms)
+      .Num("network_ms", s.network_ms)
+      .Num("decode_ms", s.decode_ms)
+      .Num("wait_ms", s.wait_ms)
+      .Num("wall_s", s.wall_s);
+  if (extra) extra(line);
+  const std::string path = run_dir + "/summary.json";
   {
     std::ofstream f(path + ".tmp", std::ios::trunc);
-    f << text << "\n";
+    f << line.Done() << "\n";
     GP_ENFORCE(f.good(), "cannot write ", path);
   }
   std::filesystem::rename(path + ".tmp", path);

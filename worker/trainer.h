@@ -38,6 +38,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -45,6 +46,7 @@
 
 #include "common/checkpoint.h"
 #include "common/config.h"
+#include "common/json_line.h"
 #include "worker/compression_schedule.h"
 #include "worker/data/dataset.h"
 #include "worker/models/net.h"
@@ -96,6 +98,11 @@ struct TrainSummary {
   double wall_s = 0;
   std::vector<EpochMetrics> epoch_metrics;
 };
+
+// Writes run_dir/summary.json (shared/DESIGN.md field names) atomically; `extra` may append
+// fields (gradpress-sim adds server_ms and runner).
+void WriteSummaryJson(const std::string& run_dir, const Config& c, int workers,
+                      const TrainSummary& s, const std::function<void(JsonLine&)>& extra = {});
 
 class Trainer {
  public:
