@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# scripts/netem.sh for real: namespaces and veth links come up, tc tbf really caps each
+# direction at the rate (a timed transfer), the fault proxy really delays and resets, a short
+# server + worker run trains through it, and every namespace is gone afterwards, also after a
+# failing command and after a command that leaves a process behind in a namespace.
+# Without root / CAP_NET_ADMIN it says so loudly and exits 77 (ctest reports it skipped).
+#
+#   tests/netem/netem_test.sh REPO_ROOT BUILD_DIR
+set -euo pipefail
+repo=$1
+build=$2
+netem=$repo/scripts/netem.sh
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+if ! ip netns add "gpn-test-$$" 2>/dev/null; then
+  echo "=================================================================="
+  echo "netem_test: SKIPPED: cannot create network namespaces here (needs root or"
+  echo "CAP_NET_ADMIN/CAP_SYS_ADMIN); the slow-link script was NOT tested"
+  echo "=================================================================="
+  exit 77
+fi
+ip netns del "gpn-test-$$"
+command -v tc >/dev/null || { echo "netem_test: tc missing (iproute2)"; exit 1; }
+
+fail() { echo "netem_test: FAIL: $*"; exit 1; }
+gone() {  # every namespace named in file $1 is gone
+  local ns
+  [[ -s "$1" ]] || fail "no namespaces recorded in $1"
+  for ns in $(cat "$1"); do
+    ip netns list | awk '{print $1}' | grep -qx "$ns" && fail "namespace $ns still exists"
+  done
+  return 0
+}
+
+# A receiver that counts bytes until EOF and prints the rate from its first byte on, and a
+# sender of N bytes (run inside the namespaces).
+cat >"$out/recv.py" <<'PY'
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(1)
+open(sys.argv[3], "w").write("ready\n")
+c, _ = s.accept(); n = 0; t0 = None
+while True:
+    d = c.recv(1 << 16)
+    if not d: break
+    if t0 is None: t0 = time.monotonic()
+    n += len(d)
+dt = time.monotonic() - t0
+print(f"{n} {dt:.3f} {n * 8 / dt / 1e6:.1f}")
+PY
+cat >"$out/send.py" <<'PY'
+import socket, sys
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+buf = b"x" * (1 << 16); left = int(sys.argv[3])
+while left > 0:
+    c.sendall(buf[:min(left, len(buf))]); left -= min(left, len(buf))
+c.close()
+PY
+cat >"$out/echo.py" <<'PY'
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(4)
+open(sys.argv[3], "w").write("ready\n")
+while True:
+    c, _ = s.accept()
+    try:
+        while True:
+            d = c.recv(4096)
+            if not d: break
+            c.sendall(d)
+    except OSError:
+        pass
+    c.close()
+PY
+cat >"$out/ping.py" <<'PY'
+import socket, sys, time
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+rtts = []
+try:
+    for _ in range(5):
+        t = time.monotonic(); c.sendall(b"ping")
+        if c.recv(16) == b"": print("closed"); sys.exit(0)
+        rtts.append((time.monotonic() - t) * 1000)
+except ConnectionResetError:
+    print("reset"); sys.exit(0)
+except socket.timeout:
+    print("timeout"); sys.exit(0)
+print("rtt_ms %.1f" % min(rtts))
+PY
+
+# 1. The cap, both directions, at 50 Mbit/s: 6 MB each way (about 1 s each).
+cat >"$out/cap.sh" <<'SH'
+set -euo pipefail
+echo $NETEM_SERVER_NS $NETEM_WORKER_NS >"$OUTDIR/ns"
+sip=${NETEM_SERVER_IPS%% *}; wip=${NETEM_WORKER_IPS%% *}; wns=${NETEM_WORKER_NS%% *}
+ip netns exec "$NETEM_SERVER_NS" tc qdisc show | grep -q "tbf.*rate 50Mbit" || { echo "no tbf on the server end"; exit 1; }
+ip netns exec "$wns" tc qdisc show | grep -q "tbf.*rate 50Mbit" || { echo "no tbf on the worker end"; exit 1; }
+rm -f "$OUTDIR/ready"
+ip netns exec "$NETEM_SERVER_NS" python3 "$OUTDIR/recv.py" "$sip" 9000 "$OUTDIR/ready" >"$OUTDIR/up" &
+for _ in $(seq 50); do [[ -f "$OUTDIR/ready" ]] && break; sleep 0.1; done
+ip netns exec "$wns" python3 "$OUTDIR/send.py" "$sip" 9000 6000000
+wait
+rm -f "$OUTDIR/ready"
+ip netns exec "$wns" python3 "$OUTDIR/recv.py" "$wip" 9001 "$OUTDIR/ready" >"$OUTDIR/down" &
+for _ in $(seq 50); do [[ -f "$OUTDIR/ready" ]] && break; sleep 0.1; done
+ip netns exec "$NETEM_SERVER_NS" python3 "$OUTDIR/send.py" "$wip" 9001 6000000
+wait
+SH
+OUTDIR=$out bash "$netem" --rate 50mbit --workers 1 -- bash "$out/cap.sh" || fail "cap run failed"
+gone "$out/ns"
+for dir in up down; do
+  read -r n secs mbit <"$out/$dir"
+  echo "netem_test: $dir: $n bytes in $secs s = $mbit Mbit/s through a 50mbit link"
+  awk -v m="$mbit" 'BEGIN { exit !(m > 35 && m < 55) }' || fail "$dir rate $mbit Mbit/s is not about 50"
+done
+
+# 2. The fault proxy: 100 ms each way -> a round trip of about 200 ms; reset probability 1
+#    -> the connection is reset.
+cat >"$out/fault.sh" <<'SH'
+set -euo pipefail
+sip=${NETEM_SERVER_IPS%% *}; wns=${NETEM_WORKER_NS%% *}
+echo $NETEM_SERVER_NS $NETEM_WORKER_NS >"$OUTDIR/ns2"
+ip netns exec "$NETEM_SERVER_NS" python3 "$OUTDIR/echo.py" "$sip" 9002 "$OUTDIR/ready2" &
+for _ in $(seq 50); do [[ -f "$OUTDIR/ready2" ]] && break; sleep 0.1; done
+ip netns exec "$wns" python3 "$REPO/scripts/faultproxy.py" --listen 127.0.0.1:9100 \
+  --connect "$sip:9002" --delay-ms 100 2>/dev/null &
+ip netns exec "$wns" python3 "$REPO/scripts/faultproxy.py" --listen 127.0.0.1:9101 \
+  --connect "$sip:9002" --reset-prob 1 2>/dev/null &
+sleep 1
+ip netns exec "$wns" python3 "$OUTDIR/ping.py" 9100 >"$OUTDIR/delay"
+ip netns exec "$wns" python3 "$OUTDIR/ping.py" 9101 >"$OUTDIR/reset"
+# the echo server and the proxies are left running: netem.sh must stop them
+SH
+OUTDIR=$out REPO=$repo bash "$netem" --rate 1gbit --workers 1 -- bash "$out/fault.sh" || fail "fault run failed"
+gone "$out/ns2"
+echo "netem_test: delay 100 ms each way: $(cat "$out/delay"); reset-prob 1: $(cat "$out/reset")"
+rtt=$(awk '{print $2}' "$out/delay")
+awk -v r="$rtt" 'BEGIN { exit !(r >= 195 && r < 300) }' || fail "round trip '$rtt' ms, expected about 200"
+grep -qx "reset" "$out/reset" || fail "no reset: $(cat "$out/reset")"
+
+# 3. A failing command, with a process left behind in a namespace: exit status passed on,
+#    the process stopped, the namespaces gone.
+rc=0
+bash "$netem" --rate 100mbit --workers 2 -- bash -c \
+  'echo $NETEM_SERVER_NS $NETEM_WORKER_NS >'"$out/ns3"'; ip netns exec $NETEM_SERVER_NS sleep 300 & echo $! >'"$out/sleeper"'; sleep 0.5; exit 3' \
+  >"$out/log3" 2>&1 || rc=$?
+[[ $rc -eq 3 ]] || { cat "$out/log3"; fail "failing command: exit $rc, expected 3"; }
+gone "$out/ns3"
+sleeper=$(cat "$out/sleeper")
+for _ in $(seq 30); do  # stopped: gone, or a zombie not yet reaped by its new parent
+  [[ ! -e /proc/$sleeper ]] || [[ "$(awk '{print $3}' "/proc/$sleeper/stat" 2>/dev/null)" == Z ]] && break
+  sleep 0.1
+done
+[[ -e /proc/$sleeper && "$(awk '{print $3}' "/proc/$sleeper/stat" 2>/dev/null)" != Z ]] &&
+  fail "process $sleeper left in a namespace still runs"
+
+# 4. Something trivial succeeds and cleans up.
+bash "$netem" --rate 1gbit --workers 3 -- bash -c 'echo $NETEM_SERVER_NS $NETEM_WORKER_NS >'"$out/ns4" \
+  || fail "trivial command failed"
+gone "$out/ns4"
+
+# 5. Server + 2 workers, LeNet method 5 on synthetic data, 3 steps, through the fault proxy
+#    (5 ms each way); then a worker that fails (a bad --set) must not leave namespaces.
+cp "$repo/configs/lenet_fmnist_m5.yaml" "$out/m5.yaml"
+sed -i 's/^name:.*/name: netem-test/' "$out/m5.yaml"
+before=$(ip netns list | awk '/^gpn-/ {print $1}' | sort)
+(cd "$out" && NETEM_NO_BUILD=1 BUILD_DIR=$build bash "$netem" --rate 100mbit --delay-ms 5 \
+   --max-steps 3 --runs-file "$out/runs" --runs-root "$out/r" "$out/m5.yaml" --set dataset.name=synthetic >"$out/log5" 2>&1) || { tail -n 30 "$out/log5"; fail "training run failed"; }
+run=$(cat "$out/runs")
+[[ -f "$run/summary.json" ]] || fail "no summary.json in $run"
+grep -q "netem-test" "$out/log5" || fail "no table"
+cat "$run/link.txt" | grep -q "rate: 100mbit" || fail "no link.txt"
+grep -q "forwarded" "$run/faultproxy-0.log" || fail "fault proxy not used: $(cat "$run/faultproxy-0.log")"
+echo "netem_test: training run: $(tail -n 2 "$out/log5" | head -n 1)"
+rc=0
+NETEM_NO_BUILD=1 BUILD_DIR=$build bash "$netem" --rate 100mbit --max-steps 3 --runs-root "$out/r" "$out/m5.yaml" \
+  --set dataset.name=synthetic --set dataset.name=nosuch >"$out/log6" 2>&1 || rc=$?
+[[ $rc -ne 0 ]] || fail "a run with a bad dataset passed"
+after=$(ip netns list | awk '/^gpn-/ {print $1}' | sort)
+leaked=$(comm -13 <(echo "$before") <(echo "$after"))
+[[ -z "$leaked" ]] || fail "namespaces left after a failed run: $leaked"
+echo "netem_test: ok"
