@@ -101,6 +101,9 @@ struct ServerConfig {
   int stats_every = 100;                 // steps between stats log lines; 0 = never
   int metrics_port = 0;                  // Prometheus text endpoint; 0 = off
   double deadline_s = 120;               // RPC deadline
+  bool shadow_weights = true;  // gradient methods: the server keeps the workers' weights too
+                               // (the same SGD on the same mean), so a lone restarted
+                               // worker can pull them; costs one SGD pass per step
 };
 
 struct OutputConfig {

@@ -231,6 +231,7 @@ std::vector<ConfigField> ConfigFields(Config& c) {
       Int("server.stats_every", &c.server.stats_every, 0),
       Int("server.metrics_port", &c.server.metrics_port, 0, 65535),
       Double("server.deadline_s", &c.server.deadline_s, 0, kInf, /*lo_open=*/true),
+      Bool("server.shadow_weights", &c.server.shadow_weights),
       String("output.dir", &c.output.dir, CheckNonEmpty),
   };
 }

@@ -66,6 +66,11 @@ struct StoreOptions {
   std::string checkpoint_dir;          // "" = no checkpoints
   int64_t checkpoint_every = 0;        // server steps between checkpoints; 0 = on Stop only
   int checkpoint_keep = 3;             // newest checkpoint files kept
+  // Sync gradient methods: also step these weights with shadow_sgd on each step's mean (the
+  // workers' own update: their optimizer, or lr 1 for method 6's averaged deltas), so that
+  // Weights() serves what the workers hold -- a lone restarted worker pulls it.
+  bool shadow_weights = false;
+  SgdOptions shadow_sgd;  // its lr is replaced by a push's lr when one is sent
 };
 
 struct RegisterResult {

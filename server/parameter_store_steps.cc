@@ -86,6 +86,25 @@ void ParameterStore::MaybeFinalize() {
   accum_scale_ = opt_.exchange_weights ? 1.f : inv;
   std::shared_ptr<StepResult> result = Encode(step_, opt_.exchange_weights, false);
   accum_scale_ = 1.f;
+  if (opt_.shadow_weights && !opt_.exchange_weights) {
+    // The workers' own update on the mean just sent (the accumulator is still this step's:
+    // the next step's pushes wait for step_ to advance, under mu_).
+    SgdOptions shadow = opt_.shadow_sgd;
+    if (open_step_lr_) shadow.lr = *open_step_lr_;
+    pool_.ParallelFor(static_cast<int64_t>(keys_.size()), [&](int64_t i) {
+      KeyState& k = *keys_[i];
+      if (PlainNone(*k.pull)) {
+        for (float& a : k.accum) a *= inv;  // not yet scaled in place (see above)
+        SgdStep(shadow, k.weights.data(), k.accum.data(), k.numel, &k.sgd);
+        return;
+      }
+      // A compressed pull: the workers step on what they decode, not on the exact mean.
+      const compressors::Payload& p = result->payloads[i].payload;
+      std::vector<float> received(k.numel);
+      Decoder(p.codec).DecodeTo(p.bytes, k.numel, received.data());
+      SgdStep(shadow, k.weights.data(), received.data(), k.numel, &k.sgd);
+    });
+  }
   accum_holders_ = 0;  // the next step's first push overwrites the accumulator
   result->contributors = contributors_;
   result->server_ms = t.ElapsedMs() + open_step_apply_ms_ / contributors_;

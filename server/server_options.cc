@@ -19,6 +19,15 @@ StoreOptions StoreOptionsFromConfig(const Config& c) {
   o.stats_every = c.server.stats_every;
   o.checkpoint_every = c.train.checkpoint_every;
   o.checkpoint_keep = c.train.checkpoint_keep;
+  o.shadow_weights =
+      c.server.shadow_weights && c.sync.mode == "sync" && c.sync.exchange == "gradients";
+  const bool dgc = c.compress.momentum_correction > 0;  // momentum inside the push codec
+  if (c.sync.every > 1) {
+    o.shadow_sgd = {1.0, 0.0, 0.0, false};  // method 6: anchor -= mean(anchor - weights)
+  } else {
+    o.shadow_sgd = {c.train.lr, dgc ? 0.0 : c.train.momentum, c.train.weight_decay,
+                    !dgc && c.train.nesterov};
+  }
   return o;
 }
 

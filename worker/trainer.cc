@@ -346,10 +346,9 @@ TrainSummary Trainer::Run() {
         break;
       }
       const double lr = ScheduledLr(c.train, static_cast<double>(step_) / steps_per_epoch);
-      if (exchange_weights_)
-        client_->set_server_lr(lr);  // methods 1-2: the server steps with the schedule
-      else
-        ApplyLr(lr);
+      // Methods 1-2: the server's SGD steps with the schedule; 3-5: its shadow weights do.
+      if (!periodic() && !gaussian_) client_->set_server_lr(lr);
+      if (!exchange_weights_) ApplyLr(lr);
       data::Dataset b = data::GatherBatch(data_.train, idx, i * batch, (i + 1) * batch);
       torch::Tensor images = augment ? data::AugmentCifar(b.images, &rng_) : b.images;
       StepMetrics m = Step(images, b.labels);

@@ -141,6 +141,28 @@ void Trainer::Resume(int64_t server_step) {
   }
   std::string have;
   for (const auto& [s, path] : all) have += (have.empty() ? "" : ", ") + std::to_string(s);
+  const bool shadow = opt_.config.server.shadow_weights && opt_.config.sync.exchange == "gradients";
+  if (shadow) {
+    // Gradient methods with server.shadow_weights: the server holds the weights every worker
+    // holds. Go on from this worker's newest checkpoint (optimizer momentum, residuals, RNG:
+    // server_step - its step steps old) with the server's current weights and step.
+    std::optional<Checkpoint> newest = LoadLatestCheckpoint(checkpoint_dir_);
+    GP_ENFORCE(newest.has_value(), "no readable checkpoint in ", checkpoint_dir_);
+    RestoreCheckpoint(*newest);
+    std::vector<torch::Tensor> weights = Parameters();
+    client_->PullWeights(&weights);
+    sync_round_ = server_step;
+    since_sync_ = 0;
+    step_ = sync_round_ * opt_.config.sync.every;
+    for (size_t i = 0; i < params_.size(); ++i) anchor_[i].copy_(params_[i].detach());
+    last_checkpoint_ = -1;
+    spdlog::warn(
+        "worker-{}: no checkpoint of server step {} in {} (it has steps {}): resumed from {} "
+        "with the server's weights of step {} (optimizer state and residuals {} steps old)",
+        opt_.rank, server_step, checkpoint_dir_, have, newest->path, server_step,
+        server_step - newest->step);
+    return;
+  }
   if (exchange_weights_) {
     // The server's weights are the model: going on from them loses only push residuals.
     spdlog::warn(
@@ -153,7 +175,8 @@ void Trainer::Resume(int64_t server_step) {
                            std::to_string(server_step) + " in " + checkpoint_dir_ +
                            " (it has steps " + have +
                            "): restart the server with --resume auto, or with --resume <its "
-                           "checkpoint file of one of these steps>");
+                           "checkpoint file of one of these steps> (server.shadow_weights lets "
+                           "a lone worker of methods 3-6 rejoin a running server)");
 }
 
 }  // namespace gradpress::worker
