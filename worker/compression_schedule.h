@@ -17,6 +17,9 @@
 //                                             epochs, then back to the rung it left
 //    Each decision carries a reason for the log and metrics.jsonl.
 //
+// The trainer feeds it the test accuracy and the training loss over the first 4096 training
+// images, both the same on every worker, so all workers move together.
+//
 //   CompressionController ctl(options);  Decision d = ctl.Update(0.81, 0.52);
 //   if (d.changed) client.SetPushCodec(d.spec);
 //

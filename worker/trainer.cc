@@ -293,6 +293,24 @@ double Trainer::Evaluate() {
   return n > 0 ? static_cast<double>(correct) / n : 0.0;
 }
 
+double Trainer::ProbeTrainLoss(int64_t max_images) {
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  const data::Dataset& train = data_.train;
+  const int64_t n = std::min(train.size(), max_images), batch = 256;
+  double sum = 0;
+  for (int64_t b = 0; b < n; b += batch) {
+    const int64_t e = std::min(n, b + batch);
+    torch::Tensor logits = model_->forward(train.images.slice(0, b, e).to(device_));
+    sum += torch::nn::functional::cross_entropy(
+               logits, train.labels.slice(0, b, e).to(device_),
+               torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+               .item<double>();
+  }
+  model_->train();
+  return n > 0 ? sum / n : 0.0;
+}
+
 void Trainer::AppendLine(const std::string& line) {
   if (opt_.run_dir.empty()) return;
   std::ofstream f(opt_.run_dir + "/metrics.jsonl", std::ios::app);
@@ -322,8 +340,6 @@ TrainSummary Trainer::Run() {
     const std::vector<int64_t> idx =
         data::EpochIndices(n, opt_.rank, opt_.workers, epoch, static_cast<uint64_t>(c.train.seed));
     int64_t correct = 0, seen = 0;
-    double loss_sum = 0;
-    int64_t epoch_steps = 0;
     bool stop = false;
     if (c.compress.warmup_epochs > 0) {
       const double density = WarmupDensity(push_ratio_, c.compress.warmup_epochs, epoch);
@@ -354,8 +370,6 @@ TrainSummary Trainer::Run() {
       StepMetrics m = Step(images, b.labels);
       correct += m.correct;
       seen += b.size();
-      loss_sum += m.loss;
-      ++epoch_steps;
       ++done;
       const bool exchanged = !periodic() || since_sync_ == 0;
       if (c.train.checkpoint_every > 0 && exchanged &&
@@ -416,7 +430,10 @@ TrainSummary Trainer::Run() {
     spdlog::info("worker-{} epoch {} train_acc {:.4f} test_acc {:.4f} ({:.1f} s)", opt_.rank, epoch,
                  em.train_acc, em.test_acc, em.epoch_s);
     if (controller_ && seen > 0 && !stop) {
-      const CompressionDecision d = controller_->Update(em.test_acc, loss_sum / epoch_steps);
+      // The training loss on the same fixed training images on every worker (their weights
+      // are equal), so all workers take the same decision; the mean loss of their own
+      // batches differs by shard.
+      const CompressionDecision d = controller_->Update(em.test_acc, ProbeTrainLoss(4096));
       if (d.changed) SetPushCodec(d, epoch);
     }
     if (stop) break;

@@ -148,6 +148,8 @@ class Trainer {
   StepStats ExchangeGaussian(const std::vector<torch::Tensor>& grads);
   // Dynamic compression: installs the decision's push codec and records it (epoch -1: start).
   void SetPushCodec(const CompressionDecision& d, int64_t epoch);
+  // Mean cross-entropy over the first max_images training images, in eval mode.
+  double ProbeTrainLoss(int64_t max_images);
   // Restores the checkpoint of `server_step` (Connect, when resuming); see TrainerOptions.
   void Resume(int64_t server_step);
   void RestoreCheckpoint(const Checkpoint& c);
