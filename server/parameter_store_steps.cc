@@ -98,11 +98,11 @@ void ParameterStore::MaybeFinalize() {
         SgdStep(shadow, k.weights.data(), k.accum.data(), k.numel, &k.sgd);
         return;
       }
-      // A compressed pull: the workers step on what they decode, not on the exact mean.
+      // A compressed pull: the workers step on what they decode, not on the exact mean. The
+      // accumulator is free once encoded: decode into it, no buffer per step.
       const compressors::Payload& p = result->payloads[i].payload;
-      std::vector<float> received(k.numel);
-      Decoder(p.codec).DecodeTo(p.bytes, k.numel, received.data());
-      SgdStep(shadow, k.weights.data(), received.data(), k.numel, &k.sgd);
+      Decoder(p.codec).DecodeTo(p.bytes, k.numel, k.accum.data());
+      SgdStep(shadow, k.weights.data(), k.accum.data(), k.numel, &k.sgd);
     });
   }
   accum_holders_ = 0;  // the next step's first push overwrites the accumulator
