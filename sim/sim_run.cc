@@ -71,19 +71,7 @@ worker::TrainSummary Simulator::Run() {
         correct[r] += m.correct;
         up[r] += m.bytes_up;
         down[r] += m.bytes_down;
-        append(JsonLine()
-                   .Int("rank", r)
-                   .Int("step", m.step)
-                   .Num("loss", m.loss)
-                   .Int("bytes_up", static_cast<int64_t>(m.bytes_up))
-                   .Int("bytes_down", static_cast<int64_t>(m.bytes_down))
-                   .Num("compute_ms", m.compute_ms)
-                   .Num("encode_ms", m.encode_ms)
-                   .Num("decode_ms", m.decode_ms)
-                   .Num("network_ms", m.network_ms)
-                   .Num("wait_ms", m.wait_ms)
-                   .Num("server_ms", m.server_ms)
-                   .Done());
+        append(worker::StepJson(r, m).Num("server_ms", m.server_ms).Done());
       }
       const SimStepMetrics& m = ms[0];  // the summary is rank 0's, as the worker's
       s.step_ms += m.step_ms;

@@ -234,50 +234,6 @@ StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labe
   return m;
 }
 
-StepStats Trainer::ExchangeGaussian(const std::vector<torch::Tensor>& grads) {
-  // Each key's (mean, std) goes up; the mean over workers comes back; the local gradient is
-  // standardised and rescaled to it: g' = (g - mean_i) / std_i * std + mean.
-  std::vector<torch::Tensor> local(grads.size()), global(grads.size());
-  for (size_t i = 0; i < grads.size(); ++i) {
-    torch::Tensor g = grads[i].detach().to(torch::kCPU, torch::kFloat64);
-    const double mean = g.mean().item<double>();
-    const double std = grads[i].numel() > 1 ? g.std(/*unbiased=*/false).item<double>() : 0.0;
-    local[i] = torch::tensor({static_cast<float>(mean), static_cast<float>(std)});
-    global[i] = torch::zeros({2});
-  }
-  StepStats st = client_->PushPull(step_, local, &global);
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const float mean_i = local[i][0].item<float>(), std_i = local[i][1].item<float>();
-    const float mean = global[i][0].item<float>(), std = global[i][1].item<float>();
-    torch::Tensor g = params_[i].mutable_grad();
-    if (std_i > 1e-12f)
-      g.sub_(mean_i).mul_(std / std_i).add_(mean);
-    else
-      g.fill_(mean);
-  }
-  return st;
-}
-
-void Trainer::SetPushCodec(const CompressionDecision& d, int64_t epoch) {
-  client_->SetPushCodec(d.spec == "none" ? compressors::CompressorConfig{}
-                                         : compressors::ParseCompressorSpec(d.spec));
-  if (epoch < 0) {
-    spdlog::info("worker-{} push codec: {} (dynamic compression, rung {})", opt_.rank, d.spec,
-                 d.rung);
-    return;
-  }
-  spdlog::info("worker-{} epoch {}: push codec -> {} ({})", opt_.rank, epoch, d.spec, d.reason);
-  AppendLine(JsonLine()
-                 .Int("rank", opt_.rank)
-                 .Int("epoch", epoch)
-                 .Int("step", step_)
-                 .Str("push_codec", d.spec)
-                 .Int("rung", d.rung)
-                 .Str("reason", d.reason)
-                 .Done());
-}
-
 double Trainer::Evaluate() {
   torch::NoGradGuard no_grad;
   model_->eval();
@@ -291,24 +247,6 @@ double Trainer::Evaluate() {
   }
   model_->train();
   return n > 0 ? static_cast<double>(correct) / n : 0.0;
-}
-
-double Trainer::ProbeTrainLoss(int64_t max_images) {
-  torch::NoGradGuard no_grad;
-  model_->eval();
-  const data::Dataset& train = data_.train;
-  const int64_t n = std::min(train.size(), max_images), batch = 256;
-  double sum = 0;
-  for (int64_t b = 0; b < n; b += batch) {
-    const int64_t e = std::min(n, b + batch);
-    torch::Tensor logits = model_->forward(train.images.slice(0, b, e).to(device_));
-    sum += torch::nn::functional::cross_entropy(
-               logits, train.labels.slice(0, b, e).to(device_),
-               torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-               .item<double>();
-  }
-  model_->train();
-  return n > 0 ? sum / n : 0.0;
 }
 
 void Trainer::AppendLine(const std::string& line) {
@@ -383,18 +321,7 @@ TrainSummary Trainer::Run() {
       s.decode_ms += m.decode_ms;
       s.network_ms += m.network_ms;
       s.wait_ms += m.wait_ms;
-      AppendLine(JsonLine()
-                     .Int("rank", opt_.rank)
-                     .Int("step", m.step)
-                     .Num("loss", m.loss)
-                     .Int("bytes_up", static_cast<int64_t>(m.bytes_up))
-                     .Int("bytes_down", static_cast<int64_t>(m.bytes_down))
-                     .Num("compute_ms", m.compute_ms)
-                     .Num("encode_ms", m.encode_ms)
-                     .Num("decode_ms", m.decode_ms)
-                     .Num("network_ms", m.network_ms)
-                     .Num("wait_ms", m.wait_ms)
-                     .Done());
+      AppendLine(StepJson(opt_.rank, m).Done());
       log_images += b.size();
       if (c.train.log_every > 0 && m.step % c.train.log_every == 0) {
         spdlog::info(
@@ -459,6 +386,21 @@ TrainSummary Trainer::Run() {
 
 void Trainer::WriteSummary(const TrainSummary& s) const {
   if (!opt_.run_dir.empty()) WriteSummaryJson(opt_.run_dir, opt_.config, opt_.workers, s);
+}
+
+JsonLine StepJson(int rank, const StepMetrics& m) {
+  JsonLine line;
+  line.Int("rank", rank)
+      .Int("step", m.step)
+      .Num("loss", m.loss)
+      .Int("bytes_up", static_cast<int64_t>(m.bytes_up))
+      .Int("bytes_down", static_cast<int64_t>(m.bytes_down))
+      .Num("compute_ms", m.compute_ms)
+      .Num("encode_ms", m.encode_ms)
+      .Num("decode_ms", m.decode_ms)
+      .Num("network_ms", m.network_ms)
+      .Num("wait_ms", m.wait_ms);
+  return line;
 }
 
 void WriteSummaryJson(const std::string& run_dir, const Config& c, int workers,

@@ -99,6 +99,9 @@ struct TrainSummary {
   std::vector<EpochMetrics> epoch_metrics;
 };
 
+// One step's metrics.jsonl line (DESIGN.md field names); callers may append fields.
+JsonLine StepJson(int rank, const StepMetrics& m);
+
 // Writes run_dir/summary.json (shared/DESIGN.md field names) atomically; `extra` may append
 // fields (gradpress-sim adds server_ms and runner).
 void WriteSummaryJson(const std::string& run_dir, const Config& c, int workers,

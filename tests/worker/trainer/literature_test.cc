@@ -9,13 +9,13 @@
 #include "common/config.h"
 #include "server/server_options.h"
 #include "tests/server/cluster.h"
+#include "tests/worker/trainer/trainer_util.h"
 #include "worker/trainer.h"
 
 namespace gradpress::testing {
 namespace {
 
 using worker::Trainer;
-using worker::TrainerOptions;
 using worker::TrainSummary;
 
 struct Job {
@@ -35,13 +35,7 @@ Job RunJob(const std::string& yaml) {
   Job job;
   job.summaries.resize(c.cluster.workers);
   Cluster::Parallel(c.cluster.workers, [&](int r) {
-    TrainerOptions o;
-    o.config = c;
-    o.rank = r;
-    o.workers = c.cluster.workers;
-    o.server = "127.0.0.1:" + std::to_string(cluster.port);
-    o.run_dir = dir;
-    job.summaries[r] = Trainer(o).Run();
+    job.summaries[r] = Trainer(TrainerOptionsFor(c, r, cluster, dir)).Run();
   });
   std::ifstream f(dir + "/metrics.jsonl");
   std::stringstream s;

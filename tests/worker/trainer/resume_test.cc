@@ -8,6 +8,7 @@
 #include "common/config.h"
 #include "server/server_options.h"
 #include "tests/server/cluster.h"
+#include "tests/worker/trainer/trainer_util.h"
 #include "worker/trainer.h"
 
 namespace gradpress::testing {
@@ -46,13 +47,7 @@ std::vector<std::vector<torch::Tensor>> RunJob(const Config& c, const std::strin
   }
   std::vector<std::vector<torch::Tensor>> weights(c.cluster.workers);
   Cluster::Parallel(c.cluster.workers, [&](int r) {
-    TrainerOptions o;
-    o.config = c;
-    o.rank = r;
-    o.workers = c.cluster.workers;
-    o.server = "127.0.0.1:" + std::to_string(cluster.port);
-    o.run_dir = run_dir;
-    o.max_steps = max_steps;
+    TrainerOptions o = TrainerOptionsFor(c, r, cluster, run_dir, max_steps);
     o.resume = resume;
     Trainer t(o);
     t.Run();
@@ -156,13 +151,7 @@ compress: {min_numel: 100})");
   TempDir d;
   Cluster cluster(server::StoreOptionsFromConfig(c));
   auto options = [&](int r, int64_t max_steps, bool resume, uint64_t incarnation) {
-    TrainerOptions o;
-    o.config = c;
-    o.rank = r;
-    o.workers = 2;
-    o.server = "127.0.0.1:" + std::to_string(cluster.port);
-    o.run_dir = d.path;
-    o.max_steps = max_steps;
+    TrainerOptions o = TrainerOptionsFor(c, r, cluster, d.path, max_steps);
     o.resume = resume;
     o.incarnation = incarnation;
     return o;

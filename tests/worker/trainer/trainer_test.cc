@@ -10,6 +10,7 @@
 #include "common/config.h"
 #include "server/server_options.h"
 #include "tests/server/cluster.h"
+#include "tests/worker/trainer/trainer_util.h"
 #include "worker/data/sampler.h"
 #include "worker/data/transforms.h"
 #include "worker/lr_schedule.h"
@@ -23,14 +24,7 @@ using worker::TrainerOptions;
 
 std::unique_ptr<Trainer> MakeTrainer(const Config& c, int rank, const Cluster& cluster,
                                      const std::string& run_dir = "", int64_t max_steps = 0) {
-  TrainerOptions o;
-  o.config = c;
-  o.rank = rank;
-  o.workers = c.cluster.workers;
-  o.server = "127.0.0.1:" + std::to_string(cluster.port);
-  o.run_dir = run_dir;
-  o.max_steps = max_steps;
-  return std::make_unique<Trainer>(o);
+  return std::make_unique<Trainer>(TrainerOptionsFor(c, rank, cluster, run_dir, max_steps));
 }
 
 std::string ReadAll(const std::string& path) {

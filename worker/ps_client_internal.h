@@ -1,0 +1,141 @@
+#pragma once
+// PsClient's insides, shared by ps_client.cc (registration, the step RPCs) and
+// ps_client_state.cc (weights, elections, codec state). Not part of the public API.
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "common/tensor_bytes.h"
+#include "compressors/momentum_correction.h"
+#include "compressors/registry.h"
+#include "proto/gradpress.grpc.pb.h"
+#include "transport/chunks.h"
+#include "worker/ps_client.h"
+
+namespace gradpress::worker {
+
+using compressors::Compressor;
+using compressors::KeyPayload;
+
+struct PsClient::Impl {
+  ~Impl() { StopHeartbeats(); }
+  void StopHeartbeats() {
+    {
+      std::lock_guard<std::mutex> lock(hb_mu);
+      hb_stop = true;
+    }
+    hb_cv.notify_all();
+    if (hb_thread.joinable()) hb_thread.join();
+  }
+  std::mutex hb_mu;
+  std::condition_variable hb_cv;
+  bool hb_stop = false;
+  std::thread hb_thread;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<proto::ParameterServer::Stub> stub;
+  std::vector<TensorSpec> model;
+  std::vector<std::unique_ptr<Compressor>> push;  // per key, with its own error feedback
+  std::map<std::string, std::unique_ptr<Compressor>> decoders;
+
+  const Compressor& Decoder(const std::string& codec) {
+    auto& d = decoders[codec];
+    if (!d) d = compressors::MakeDecoder(codec);
+    return *d;
+  }
+};
+
+// The push codec (with its error feedback) of one key: small tensors travel uncompressed.
+inline std::unique_ptr<Compressor> MakePushCodec(const ClientOptions& o, const TensorSpec& s) {
+  if (!compressors::TravelsCompressed(s.shape, o.min_numel, o.skip_1d))
+    return compressors::MakeCompressor({});
+  std::unique_ptr<Compressor> c = compressors::MakeCompressor(o.push);
+  if (o.momentum_correction > 0)
+    c = std::make_unique<compressors::MomentumCorrection>(std::move(c), o.momentum_correction);
+  return c;
+}
+
+// Reads a PullHeader and the chunks of a reply stream.
+template <typename Reader>
+std::vector<KeyPayload> ReadResult(Reader* reader, const std::vector<TensorSpec>& model,
+                                   proto::PullHeader* header) {
+  proto::PullMessage msg;
+  if (!reader->Read(&msg)) return {};  // the status says why
+  GP_ENFORCE(msg.has_header(), "reply stream must start with a PullHeader");
+  *header = msg.header();
+  transport::PayloadAssembler assembler(model);
+  while (reader->Read(&msg)) {
+    GP_ENFORCE(msg.has_chunk(), "reply stream has a second header");
+    assembler.Add(msg.mutable_chunk());
+  }
+  return assembler.Finish();
+}
+
+// Runs `call` (one RPC attempt, fresh context each time) with retries on Unavailable.
+template <typename Fn>
+auto WithRetry(const ClientOptions& opt, const char* what, Fn&& call) -> decltype(call(nullptr)) {
+  double backoff = opt.backoff_initial_s;
+  for (int attempt = 0;; ++attempt) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                         std::chrono::duration<double>(opt.deadline_s)));
+    try {
+      return call(&ctx);
+    } catch (const Unavailable& e) {
+      if (attempt >= opt.max_retries) throw;
+      spdlog::warn("{} {}: {}; retry {} in {:.2f} s", opt.worker_id, what, e.what(), attempt + 1,
+                   backoff);
+      std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
+      backoff = std::min(backoff * 2, opt.backoff_max_s);
+    }
+  }
+}
+
+inline void FillHeader(const ClientOptions& opt, int64_t step, int64_t base_step,
+                       std::optional<double> lr, proto::PushMessage* msg) {
+  auto* h = msg->mutable_header();
+  h->set_worker_id(opt.worker_id);
+  h->set_incarnation(opt.incarnation);
+  h->set_step(step);
+  h->set_base_step(base_step);
+  if (lr) h->set_lr(*lr);
+}
+
+template <typename Writer>
+void WritePayloads(Writer* writer, const std::vector<KeyPayload>& payloads) {
+  for (const auto& kp : payloads) {
+    bool ok = true;
+    transport::ForEachChunk(kp, [&](proto::TensorChunk&& c) {
+      proto::PushMessage m;
+      *m.mutable_chunk() = std::move(c);
+      ok = ok && writer->Write(m);
+    });
+    if (!ok) return;  // the server ended the call; Finish() says why
+  }
+}
+
+inline void CheckTensors(const std::vector<TensorSpec>& model, const std::vector<torch::Tensor>& ts,
+                         const char* what) {
+  GP_ENFORCE(!model.empty(), what, ": call Register first");
+  GP_ENFORCE(ts.size() == model.size(), what, ": ", ts.size(), " tensors for a model of ",
+             model.size(), " keys");
+  for (size_t i = 0; i < ts.size(); ++i)
+    GP_ENFORCE(ts[i].sizes().vec() == model[i].shape, what, ": key '", model[i].key, "' has shape ",
+               ShapeToString(ts[i].sizes().vec()), ", registered ", ShapeToString(model[i].shape));
+}
+
+// Writes received payloads into `out` (copy_ handles device and dtype); returns decode ms.
+double DecodeInto(PsClient::Impl& impl, const std::vector<KeyPayload>& got,
+                  std::vector<torch::Tensor>* out, uint64_t* bytes);
+
+}  // namespace gradpress::worker
