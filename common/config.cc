@@ -314,8 +314,11 @@ void WriteResolvedConfig(const Config& config, const std::string& path) {
 }
 
 std::string ConfigHash(const Config& config) {
+  Config job = config;  // per-process transport settings are not part of the job
+  job.security = SecurityConfig();
+  job.faults = FaultsConfig();
   uint64_t h = 14695981039346656037ull;  // FNV-1a 64
-  for (const unsigned char ch : ToYaml(config)) {
+  for (const unsigned char ch : ToYaml(job)) {
     h ^= ch;
     h *= 1099511628211ull;
   }

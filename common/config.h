@@ -106,6 +106,33 @@ struct ServerConfig {
                                // worker can pull them; costs one SGD pass per step
 };
 
+// Transport security (transport/security.h). Files are read when a server or client is built,
+// each by the side that needs it; an unreadable one is an InvalidArgument naming the key.
+struct SecurityConfig {
+  bool tls = false;       // TLS on the ParameterServer port (and for the workers' channels)
+  std::string cert;       // server: PEM certificate chain
+  std::string key;        // server: PEM private key
+  std::string ca;         // worker: PEM of the CA that signed the server's cert; "" = system roots
+  std::string client_ca;  // server: require client certs signed by this CA (mutual TLS)
+  std::string client_cert;  // worker: PEM certificate for mutual TLS
+  std::string client_key;   // worker: PEM private key for mutual TLS
+  std::string server_name;  // worker: TLS target name override; "" = host of the address
+  std::string token_file;   // file whose trimmed content is the bearer token; $GRADPRESS_TOKEN
+                            // overrides it; neither = no token
+  bool allow_plaintext_token = false;  // permit a bearer token without TLS (warned at start)
+};
+
+// Injected faults (transport/fault_injection.h); $GRADPRESS_FAULTS overrides key by key.
+// Fractions are probabilities per RPC attempt, in [0, 1]; all 0 = off.
+struct FaultsConfig {
+  double drop = 0;        // worker: the request is lost before it is sent
+  double drop_reply = 0;  // worker: the call runs, then its reply is lost (a duplicate retry)
+  double delay = 0;       // worker: the attempt first sleeps delay_ms
+  int delay_ms = 20;
+  double fail = 0;  // server: answer UNAVAILABLE without touching the store
+  int seed = 1;     // the draws are deterministic per seed (and worker id)
+};
+
 struct OutputConfig {
   std::string dir = "runs";  // runs go to <dir>/<name>/<timestamp>/
 };
@@ -123,6 +150,8 @@ struct Config {
   CompressConfig compress;
   ServerConfig server;
   OutputConfig output;
+  SecurityConfig security;
+  FaultsConfig faults;
 };
 // Equal when ToYaml is equal (CodecSpec::line is ignored).
 bool operator==(const Config& a, const Config& b);
@@ -141,7 +170,8 @@ std::string ToYaml(const Config& config);
 // Writes ToYaml(config) to `path` (temp file + rename); creates missing parent directories.
 void WriteResolvedConfig(const Config& config, const std::string& path);
 // 16 hex digits of FNV-1a 64 over ToYaml: workers of one job must agree on it. Every key
-// counts, device and output.dir included.
+// counts, device and output.dir included, except the per-process transport settings
+// (security.*, faults.*): workers may hold their own certificates and fault rates.
 std::string ConfigHash(const Config& config);
 
 struct Identity {

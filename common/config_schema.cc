@@ -233,6 +233,22 @@ std::vector<ConfigField> ConfigFields(Config& c) {
       Double("server.deadline_s", &c.server.deadline_s, 0, kInf, /*lo_open=*/true),
       Bool("server.shadow_weights", &c.server.shadow_weights),
       String("output.dir", &c.output.dir, CheckNonEmpty),
+      Bool("security.tls", &c.security.tls),
+      String("security.cert", &c.security.cert),
+      String("security.key", &c.security.key),
+      String("security.ca", &c.security.ca),
+      String("security.client_ca", &c.security.client_ca),
+      String("security.client_cert", &c.security.client_cert),
+      String("security.client_key", &c.security.client_key),
+      String("security.server_name", &c.security.server_name),
+      String("security.token_file", &c.security.token_file),
+      Bool("security.allow_plaintext_token", &c.security.allow_plaintext_token),
+      Double("faults.drop", &c.faults.drop, 0, 1),
+      Double("faults.drop_reply", &c.faults.drop_reply, 0, 1),
+      Double("faults.delay", &c.faults.delay, 0, 1),
+      Int("faults.delay_ms", &c.faults.delay_ms, 0, 600000),
+      Double("faults.fail", &c.faults.fail, 0, 1),
+      Int("faults.seed", &c.faults.seed, 0),
   };
 }
 
@@ -285,6 +301,28 @@ void ValidateConfig(const Config& c) {
   CheckCodecNamed(c.pull, "pull");
   if (c.train.lr_schedule == "step" && c.train.lr_step_epochs < 1) {
     throw InvalidArgument("train.lr_schedule is 'step': set train.lr_step_epochs >= 1");
+  }
+  const SecurityConfig& s = c.security;
+  if (!s.tls) {  // certificates without TLS would protect nothing: say so rather than ignore
+    for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"cert", &s.cert},
+                                     {"key", &s.key},
+                                     {"ca", &s.ca},
+                                     {"client_ca", &s.client_ca},
+                                     {"client_cert", &s.client_cert},
+                                     {"client_key", &s.client_key},
+                                     {"server_name", &s.server_name}}) {
+      if (!value->empty()) {
+        throw InvalidArgument(std::string("security.") + key + " is set but security.tls is " +
+                              "false: set security.tls=true (or remove security." + key + ")");
+      }
+    }
+  }
+  if (s.cert.empty() != s.key.empty()) {
+    throw InvalidArgument("security.cert and security.key go together: set both or neither");
+  }
+  if (s.client_cert.empty() != s.client_key.empty()) {
+    throw InvalidArgument(
+        "security.client_cert and security.client_key go together: set both or neither");
   }
 }
 

@@ -1,9 +1,11 @@
 #include "server/parameter_service.h"
 
 #include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
 
 #include "common/error.h"
 #include "transport/chunks.h"
+#include "transport/security.h"
 #include "transport/status.h"
 #include "transport/wire.h"
 
@@ -101,13 +103,33 @@ void ParseRequest(ParameterService::RawStream* stream, Message* msg) {
 
 }  // namespace
 
-ParameterService::ParameterService(ParameterStore* store, double deadline_s)
-    : store_(store), deadline_s_(deadline_s) {
+ParameterService::ParameterService(ParameterStore* store, double deadline_s, ServiceGate gate)
+    : store_(store), deadline_s_(deadline_s), token_(std::move(gate.token)) {
+  if (gate.faults.ServerSide()) faults_ = std::make_unique<transport::FaultInjector>(gate.faults);
   using Raw =
       grpc::internal::BidiStreamingHandler<ParameterService, grpc::ByteBuffer, grpc::ByteBuffer>;
   MarkMethodStreamed(kPushPullMethod, new Raw(&ParameterService::RawPushPull, this));
   MarkMethodStreamed(kPushMethod, new Raw(&ParameterService::RawPush, this));
   MarkMethodStreamed(kPullMethod, new Raw(&ParameterService::RawPull, this));
+}
+
+grpc::Status ParameterService::Admit(const grpc::ServerContext& ctx) {
+  if (!token_.empty()) {
+    grpc::Status s = transport::CheckToken(ctx, token_);
+    if (!s.ok()) {
+      store_->CountRejected("unauthenticated");
+      const uint64_t n = ++refused_;
+      if (n <= 10 || n % 1000 == 0)
+        spdlog::warn("refused a call from {}: {} ({} refused so far)", ctx.peer(),
+                     s.error_message(), n);
+      return s;
+    }
+  }
+  if (faults_ && faults_->NextFail()) {
+    store_->CountFaultInjected();
+    return {grpc::StatusCode::UNAVAILABLE, "injected fault"};
+  }
+  return grpc::Status::OK;
 }
 
 Clock::time_point ParameterService::Deadline(const grpc::ServerContext* ctx) const {
@@ -120,8 +142,9 @@ Clock::time_point ParameterService::Deadline(const grpc::ServerContext* ctx) con
   return ours;
 }
 
-grpc::Status ParameterService::Register(grpc::ServerContext*, const proto::RegisterRequest* req,
+grpc::Status ParameterService::Register(grpc::ServerContext* ctx, const proto::RegisterRequest* req,
                                         proto::RegisterReply* reply) {
+  if (grpc::Status denied = Admit(*ctx); !denied.ok()) return denied;
   try {
     std::vector<TensorSpec> model;
     for (const auto& s : req->model()) model.push_back(transport::FromProto(s));
@@ -137,9 +160,10 @@ grpc::Status ParameterService::Register(grpc::ServerContext*, const proto::Regis
   }
 }
 
-grpc::Status ParameterService::InitWeights(grpc::ServerContext*,
+grpc::Status ParameterService::InitWeights(grpc::ServerContext* ctx,
                                            grpc::ServerReader<proto::PushMessage>* reader,
                                            proto::InitReply* reply) {
+  if (grpc::Status denied = Admit(*ctx); !denied.ok()) return denied;
   try {
     ReceivedPush push = ReadPush(reader, store_->model());
     reply->set_accepted(
@@ -152,6 +176,7 @@ grpc::Status ParameterService::InitWeights(grpc::ServerContext*,
 
 grpc::Status ParameterService::PullWeights(grpc::ServerContext* ctx, const proto::PullRequest* req,
                                            grpc::ServerWriter<proto::PullMessage>* writer) {
+  if (grpc::Status denied = Admit(*ctx); !denied.ok()) return denied;
   try {
     auto r = store_->Weights(Id(req->worker_id(), req->incarnation()),
                              std::max<int64_t>(0, req->step()), Deadline(ctx));
@@ -195,6 +220,7 @@ PushPullResult ParameterService::StreamPush(grpc::ServerContext* ctx, RawStream*
 }
 
 grpc::Status ParameterService::RawPushPull(grpc::ServerContext* ctx, RawStream* stream) {
+  if (grpc::Status denied = Admit(*ctx); !denied.ok()) return denied;
   try {
     PushPullResult r = StreamPush(ctx, stream, /*wait=*/true);
     WriteRawResult(stream, r.result, r.wait_ms, r.apply_ms + r.result->server_ms, store_);
@@ -205,6 +231,7 @@ grpc::Status ParameterService::RawPushPull(grpc::ServerContext* ctx, RawStream* 
 }
 
 grpc::Status ParameterService::RawPush(grpc::ServerContext* ctx, RawStream* stream) {
+  if (grpc::Status denied = Admit(*ctx); !denied.ok()) return denied;
   try {
     PushPullResult r = StreamPush(ctx, stream, /*wait=*/false);
     proto::PushReply reply;
@@ -223,6 +250,7 @@ grpc::Status ParameterService::RawPush(grpc::ServerContext* ctx, RawStream* stre
 }
 
 grpc::Status ParameterService::RawPull(grpc::ServerContext* ctx, RawStream* stream) {
+  if (grpc::Status denied = Admit(*ctx); !denied.ok()) return denied;
   try {
     proto::PullRequest req;
     ParseRequest(stream, &req);
@@ -234,8 +262,10 @@ grpc::Status ParameterService::RawPull(grpc::ServerContext* ctx, RawStream* stre
   }
 }
 
-grpc::Status ParameterService::Heartbeat(grpc::ServerContext*, const proto::HeartbeatRequest* req,
+grpc::Status ParameterService::Heartbeat(grpc::ServerContext* ctx,
+                                         const proto::HeartbeatRequest* req,
                                          proto::HeartbeatReply* reply) {
+  if (grpc::Status denied = Admit(*ctx); !denied.ok()) return denied;
   try {
     reply->set_server_step(store_->Heartbeat(Id(req->worker_id(), req->incarnation())));
     reply->set_live_workers(store_->Stats().live_workers);
@@ -245,8 +275,9 @@ grpc::Status ParameterService::Heartbeat(grpc::ServerContext*, const proto::Hear
   }
 }
 
-grpc::Status ParameterService::Stats(grpc::ServerContext*, const proto::StatsRequest*,
+grpc::Status ParameterService::Stats(grpc::ServerContext* ctx, const proto::StatsRequest*,
                                      proto::StatsReply* reply) {
+  if (grpc::Status denied = Admit(*ctx); !denied.ok()) return denied;
   try {
     const StoreStats s = store_->Stats();
     reply->set_steps(s.steps);
@@ -264,6 +295,7 @@ grpc::Status ParameterService::Stats(grpc::ServerContext*, const proto::StatsReq
 
 grpc::Status ParameterService::Elect(grpc::ServerContext* ctx, const proto::ElectRequest* req,
                                      proto::ElectReply* reply) {
+  if (grpc::Status denied = Admit(*ctx); !denied.ok()) return denied;
   try {
     const auto [rank, score] = store_->Elect(Id(req->worker_id(), req->incarnation()), req->round(),
                                              req->score(), Deadline(ctx));
@@ -275,9 +307,10 @@ grpc::Status ParameterService::Elect(grpc::ServerContext* ctx, const proto::Elec
   }
 }
 
-grpc::Status ParameterService::PublishWeights(grpc::ServerContext*,
+grpc::Status ParameterService::PublishWeights(grpc::ServerContext* ctx,
                                               grpc::ServerReader<proto::PushMessage>* reader,
                                               proto::InitReply* reply) {
+  if (grpc::Status denied = Admit(*ctx); !denied.ok()) return denied;
   try {
     ReceivedPush push = ReadPush(reader, store_->model());
     store_->PublishWeights(Id(push.header.worker_id(), push.header.incarnation()),

@@ -7,20 +7,38 @@
 //   ParameterStore store(opts);  ParameterService service(&store, /*deadline_s=*/120);
 //   builder.RegisterService(&service);
 //
+// Every handler first passes Admit, the one gate of the service: with a token
+// (transport/security.h) a call without "authorization: Bearer <token>" metadata is refused
+// UNAUTHENTICATED ("missing bearer token" / "bad bearer token") and counted as rejected
+// {reason="unauthenticated"}; then the server's fault injector (transport/fault_injection.h)
+// may answer UNAVAILABLE "injected fault" (counted in faults_injected). Neither touches the
+// store's state. The grpc.health.v1 service is not behind the gate: probes send no metadata.
+//
 // Thread-safety: gRPC calls handlers concurrently; the store is thread-safe.
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/sync_stream.h>
 
+#include <atomic>
+#include <memory>
+#include <string>
+
 #include "proto/gradpress.grpc.pb.h"
 #include "server/parameter_store.h"
+#include "transport/fault_injection.h"
 
 namespace gradpress::server {
+
+// What the gate checks: a bearer token ("" = none) and the server-side injected faults.
+struct ServiceGate {
+  std::string token;
+  transport::FaultOptions faults;
+};
 
 class ParameterService final : public proto::ParameterServer::Service {
  public:
   // deadline_s bounds how long a push waits at the barrier (the client's deadline, if
   // earlier, wins).
-  ParameterService(ParameterStore* store, double deadline_s);
+  ParameterService(ParameterStore* store, double deadline_s, ServiceGate gate = {});
 
   grpc::Status Register(grpc::ServerContext* ctx, const proto::RegisterRequest* req,
                         proto::RegisterReply* reply) override;
@@ -52,8 +70,13 @@ class ParameterService final : public proto::ParameterServer::Service {
   // Reads a push stream into the store; the session's Commit(wait) result.
   PushPullResult StreamPush(grpc::ServerContext* ctx, RawStream* stream, bool wait);
   Clock::time_point Deadline(const grpc::ServerContext* ctx) const;
+  // The token check and the injected server faults, before any handler's work.
+  grpc::Status Admit(const grpc::ServerContext& ctx);
   ParameterStore* store_;
   double deadline_s_;
+  const std::string token_;
+  std::unique_ptr<transport::FaultInjector> faults_;  // null: no server-side faults
+  std::atomic<uint64_t> refused_{0};
 };
 
 }  // namespace gradpress::server

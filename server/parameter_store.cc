@@ -142,19 +142,23 @@ void ParameterStore::Reject(const std::string& reason) {
 }
 
 bool ParameterStore::InitWeights(const WorkerId& w, const std::vector<KeyPayload>& weights) {
+  auto won = [&] {
+    return initialized_by_.name == w.name && initialized_by_.incarnation == w.incarnation;
+  };
   {
     std::lock_guard<std::mutex> lock(mu_);
     CheckWorker(w);
-    if (initialized_) return false;
+    if (initialized_) return won();
   }
   const auto ordered = Validate(weights);
   std::lock_guard<std::mutex> lock(mu_);
-  if (initialized_) return false;
+  if (initialized_) return won();
   pool_.ParallelFor(static_cast<int64_t>(keys_.size()), [&](int64_t i) {
     Decoder(ordered[i]->codec)
         .DecodeTo(ordered[i]->bytes, keys_[i]->numel, keys_[i]->weights.data());
   });
   initialized_ = true;
+  initialized_by_ = w;
   spdlog::info("initial weights from worker '{}' ({} keys)", w.name, keys_.size());
   return true;
 }

@@ -102,7 +102,9 @@ struct StoreStats {
   uint64_t bytes_out = 0;  // payload bytes sent (counted by the transport)
   int live_workers = 0;
   std::map<std::string, uint64_t> rejected;  // by reason
-  double mean_server_ms = 0;                 // apply + finalize per step, mean
+  uint64_t duplicates = 0;       // pushes of an applied (worker, incarnation, step): acknowledged
+  uint64_t faults_injected = 0;  // calls answered UNAVAILABLE by the server's fault injector
+  double mean_server_ms = 0;     // apply + finalize per step, mean
   std::string Prometheus() const;
 };
 
@@ -113,7 +115,8 @@ class ParameterStore {
 
   RegisterResult Register(const WorkerId& w, const std::vector<TensorSpec>& model,
                           const std::string& config_hash);
-  // Returns true if these became the server's weights (the first call wins).
+  // Returns true if these became the server's weights (the first call wins; a retry of the
+  // winning call, same worker and incarnation, is answered true again and changes nothing).
   bool InitWeights(const WorkerId& w, const std::vector<KeyPayload>& weights);
   // The server's current weights, lossless ("none" codec), once their version (0 at init,
   // round + 1 after PublishWeights of that round) is at least min_version.
@@ -123,7 +126,8 @@ class ParameterStore {
   // (highest score, ties to the lowest rank) and its score.
   std::pair<int, double> Elect(const WorkerId& w, int64_t round, double score,
                                Clock::time_point deadline);
-  // The elected worker of `round` replaces the weights (FailedPrecondition for anyone else).
+  // The elected worker of `round` replaces the weights (FailedPrecondition for anyone else);
+  // a repeat for a round already published is acknowledged and not applied again.
   void PublishWeights(const WorkerId& w, int64_t round, const std::vector<KeyPayload>& weights);
 
   // Sync: applies the push to `step` and waits (until `deadline`) for the step's result.
@@ -178,6 +182,10 @@ class ParameterStore {
   // Wakes every waiter with Unavailable; later pushes are refused.
   void Shutdown();
   void CountBytesOut(uint64_t bytes);
+  // The transport's counters: a call refused before the store saw it (e.g. "unauthenticated"),
+  // and an injected fault (transport/fault_injection.h).
+  void CountRejected(const std::string& reason) { Reject(reason); }
+  void CountFaultInjected();
   StoreStats Stats() const;
   int64_t step() const;
   // The registered model (empty before the first Register).
@@ -273,6 +281,7 @@ class ParameterStore {
   std::vector<std::unique_ptr<KeyState>> keys_;
   std::string config_hash_;
   bool initialized_ = false;
+  WorkerId initialized_by_;  // whose InitWeights won
   std::map<std::string, WorkerState> workers_;
   int next_rank_ = 0;
   Clock::time_point first_register_;    // until all expected workers registered (or the

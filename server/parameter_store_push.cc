@@ -80,6 +80,7 @@ std::unique_ptr<ParameterStore::PushSession> ParameterStore::BeginPush(const Wor
     GP_ENFORCE_AS(FailedPrecondition, initialized_, "the server has no initial weights yet");
     if (opt_.async) {
       if (step <= ws.last_step) {
+        ++stats_.duplicates;
         st.duplicate = st.has_early = true;
         st.early = {AsyncWeights(), 0, 0, /*duplicate=*/true};
         return session;
@@ -242,6 +243,8 @@ PushPullResult ParameterStore::PushSession::Commit(bool wait) {
   if (st.has_early) return st.early;
   if (st.duplicate) {
     std::unique_lock<std::mutex> lock(S.mu_);
+    ++S.stats_.duplicates;
+    if (!wait) return {nullptr, 0, 0, /*duplicate=*/true};  // Push: the ack is all it needs
     Timer waited;
     S.step_cv_.wait_until(lock, st.deadline, [&] { return S.shutdown_ || S.step_ > st.step; });
     GP_ENFORCE_AS(Unavailable, !S.shutdown_, "server is shutting down");

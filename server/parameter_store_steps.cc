@@ -23,7 +23,10 @@ PushPullResult ParameterStore::AsyncPush(const WorkerId& w, int64_t step, int64_
   std::lock_guard<std::mutex> lock(mu_);
   in_flight_.erase(w.name);
   WorkerState& ws = workers_.at(w.name);
-  if (step <= ws.last_step) return {AsyncWeights(), 0, 0, true};
+  if (step <= ws.last_step) {
+    ++stats_.duplicates;
+    return {AsyncWeights(), 0, 0, true};
+  }
   // Re-check staleness: other pushes may have landed while this one was validated.
   if (step_ - base_step > opt_.max_staleness) {
     ++stats_.rejected["stale_or_out_of_order"];
@@ -241,6 +244,11 @@ void ParameterStore::CountBytesOut(uint64_t bytes) {
   stats_.bytes_out += bytes;
 }
 
+void ParameterStore::CountFaultInjected() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.faults_injected;
+}
+
 std::vector<TensorSpec> ParameterStore::model() const {
   std::lock_guard<std::mutex> lock(mu_);
   return model_;
@@ -267,7 +275,10 @@ std::string StoreStats::Prometheus() const {
      << "# TYPE gradpress_bytes_out_total counter\ngradpress_bytes_out_total " << bytes_out
      << "\n# TYPE gradpress_live_workers gauge\ngradpress_live_workers " << live_workers << "\n"
      << "# TYPE gradpress_step_server_ms gauge\ngradpress_step_server_ms " << mean_server_ms
-     << "\n# TYPE gradpress_rejected_total counter\n";
+     << "\n# TYPE gradpress_duplicate_pushes_total counter\ngradpress_duplicate_pushes_total "
+     << duplicates << "\n# TYPE gradpress_faults_injected_total counter\n"
+     << "gradpress_faults_injected_total " << faults_injected << "\n"
+     << "# TYPE gradpress_rejected_total counter\n";
   for (const auto& [reason, n] : rejected)
     os << "gradpress_rejected_total{reason=\"" << reason << "\"} " << n << "\n";
   return os.str();

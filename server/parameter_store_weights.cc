@@ -73,6 +73,7 @@ void ParameterStore::PublishWeights(const WorkerId& w, int64_t round,
     GP_ENFORCE_AS(FailedPrecondition, it != elections_.end() && it->second.best_rank == ws.rank,
                   "worker '", w.name, "' was not elected in round ", round,
                   " and may not publish weights");
+    if (weights_version_ >= round + 1) return;  // a retry: this round's weights are in
   }
   const auto ordered = Validate(weights);
   std::lock_guard<std::mutex> lock(mu_);

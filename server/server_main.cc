@@ -9,6 +9,9 @@
 // Checkpoints (with --run-dir or --checkpoint-dir): every train.checkpoint_every steps into
 // <run-dir>/ckpt/server, and a final one on SIGTERM. --resume auto restores the newest valid
 // one (a corrupt newest file falls back to the previous); --resume FILE restores that file.
+// security: TLS and a bearer token (transport/security.h; the token may come from
+// $GRADPRESS_TOKEN); faults: injected faults, also from $GRADPRESS_FAULTS
+// (transport/fault_injection.h).
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -25,6 +28,7 @@
 #include "server/metrics_http.h"
 #include "server/server_options.h"
 #include "server/server_runner.h"
+#include "transport/fault_injection.h"
 
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
@@ -70,7 +74,10 @@ int main(int argc, char** argv) {
     } else if (resume != "never") {
       restore = gradpress::ReadCheckpoint(resume);
     }
-    gradpress::server::ServerRunner runner(store_options, config.server.deadline_s);
+    // Security (certificates, token) and injected faults ($GRADPRESS_FAULTS) are checked
+    // here: a bad one exits 2 with the reason, before anything listens.
+    gradpress::server::ServerRunner runner(store_options, config.server.deadline_s, config.security,
+                                           gradpress::transport::ResolveFaults(config.faults));
     if (restore) runner.store().RestoreCheckpoint(*restore);
     std::signal(SIGTERM, OnSignal);
     std::signal(SIGINT, OnSignal);

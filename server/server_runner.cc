@@ -10,8 +10,14 @@
 
 namespace gradpress::server {
 
-ServerRunner::ServerRunner(StoreOptions options, double deadline_s)
-    : timeout_s_(options.worker_timeout_s), store_(options), service_(&store_, deadline_s) {}
+ServerRunner::ServerRunner(StoreOptions options, double deadline_s, const SecurityConfig& security,
+                           transport::FaultOptions faults)
+    : timeout_s_(options.worker_timeout_s),
+      security_(transport::LoadServerSecurity(security)),
+      store_(options),
+      service_(&store_, deadline_s, ServiceGate{security_.token, faults}) {
+  if (faults.ServerSide()) spdlog::warn("injected faults on: {}", faults.ToString());
+}
 
 ServerRunner::~ServerRunner() { Stop(0.0); }
 
@@ -19,13 +25,18 @@ int ServerRunner::Start(const std::string& address) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(address, security_.credentials, &port);
   builder.RegisterService(&service_);
   server_ = builder.BuildAndStart();
   GP_ENFORCE_AS(Unavailable, server_ != nullptr && port != 0, "cannot listen on '", address,
                 "' (address in use or malformed)");
   watchdog_ = std::thread([this] { Watchdog(); });
   spdlog::info("gradpress-server listening on {} (port {})", address, port);
+  if (security_.Warn()) {
+    spdlog::warn("security: {}", security_.Summary(port));
+  } else {
+    spdlog::info("security: {}", security_.Summary(port));
+  }
   return port;
 }
 

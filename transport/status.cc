@@ -40,6 +40,10 @@ void ThrowIfError(const grpc::Status& status, const std::string& what) {
       throw NotFound(msg);
     case grpc::StatusCode::FAILED_PRECONDITION:
       throw FailedPrecondition(msg);
+    case grpc::StatusCode::UNAUTHENTICATED:
+      throw FailedPrecondition(msg +
+                               " (UNAUTHENTICATED: the server requires a bearer token; set "
+                               "security.token_file or $GRADPRESS_TOKEN to the server's token)");
     case grpc::StatusCode::UNAVAILABLE:
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       throw Unavailable(msg + " (" + std::to_string(status.error_code()) + ")");

@@ -27,16 +27,49 @@
 
 namespace gradpress::worker {
 
+namespace {
+ClientTransport& Defaults() {
+  static ClientTransport t;
+  return t;
+}
+}  // namespace
+
+void SetClientTransportDefaults(const ClientTransport& t) { Defaults() = t; }
+const ClientTransport& ClientTransportDefaults() { return Defaults(); }
+
 PsClient::PsClient(ClientOptions options) : opt_(std::move(options)), impl_(new Impl) {
   compressors::RegisterBuiltinCompressors();
   compressors::MakeCompressor(opt_.push);  // a bad push codec fails here, not at step 1
+  impl_->security = transport::LoadClientSecurity(opt_.security);  // files, token rules
+  if (opt_.faults.ClientSide()) {
+    impl_->faults = std::make_unique<transport::FaultInjector>(opt_.faults,
+                                                               transport::StreamOf(opt_.worker_id));
+  }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(8 << 20);
-  impl_->channel = grpc::CreateCustomChannel(opt_.server, grpc::InsecureChannelCredentials(), args);
+  impl_->security.Apply(&args);
+  impl_->channel = grpc::CreateCustomChannel(opt_.server, impl_->security.credentials, args);
   impl_->stub = proto::ParameterServer::NewStub(impl_->channel);
 }
 
 PsClient::~PsClient() = default;
+
+uint64_t PsClient::retries() const { return impl_->retries.load(std::memory_order_relaxed); }
+uint64_t PsClient::faults_injected() const { return impl_->faults ? impl_->faults->injected() : 0; }
+
+std::string GaveUpMessage(const PsClient::Impl& impl, const ClientOptions& opt, const char* what,
+                          int attempts, const std::string& last) {
+  std::string msg = std::string(what) + " to " + opt.server + " failed after " +
+                    std::to_string(attempts) + (attempts == 1 ? " attempt" : " attempts") +
+                    " (server unavailable); last error: " + last;
+  if (impl.security.tls) {
+    msg +=
+        " [TLS is on: a handshake failure means the server's certificate is not signed by "
+        "security.ca or does not name the server (security.server_name), or the server wants a "
+        "client certificate (security.client_cert) signed by its security.client_ca]";
+  }
+  return msg;
+}
 
 RegisterInfo PsClient::Register(const std::vector<TensorSpec>& model) {
   proto::RegisterRequest req;
@@ -44,7 +77,7 @@ RegisterInfo PsClient::Register(const std::vector<TensorSpec>& model) {
   req.set_incarnation(opt_.incarnation);
   req.set_config_hash(opt_.config_hash);
   for (const auto& s : model) transport::ToProto(s, req.add_model());
-  proto::RegisterReply reply = WithRetry(opt_, "Register", [&](grpc::ClientContext* ctx) {
+  proto::RegisterReply reply = WithRetry(*impl_, opt_, "Register", [&](grpc::ClientContext* ctx) {
     proto::RegisterReply r;
     transport::ThrowIfError(impl_->stub->Register(ctx, req, &r), "Register");
     return r;
@@ -62,9 +95,11 @@ RegisterInfo PsClient::Register(const std::vector<TensorSpec>& model) {
         req.set_worker_id(opt_.worker_id);
         req.set_incarnation(opt_.incarnation);
         proto::HeartbeatReply r;
-        grpc::ClientContext ctx;
+        grpc::ClientContext ctx;  // no injected faults: heartbeats only keep us alive
         ctx.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::duration_cast<std::chrono::system_clock::duration>(period));
+        if (!impl_->security.header.empty())
+          ctx.AddMetadata(transport::kAuthorizationKey, impl_->security.header);
         const grpc::Status s = impl_->stub->Heartbeat(&ctx, req, &r);
         if (!s.ok()) spdlog::warn("{} heartbeat: {}", opt_.worker_id, s.error_message());
         lock.lock();
@@ -275,19 +310,22 @@ StepStats PsClient::PushPull(int64_t step, const std::vector<torch::Tensor>& gra
                                          impl_->channel);
   Timer rpc;
   std::unique_ptr<ResultReader> got;
-  WithRetry(opt_, "PushPull", [&](grpc::ClientContext* ctx) {
-    std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
-        grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
-            impl_->channel.get(), method, ctx));
-    if (stream->Write(HeaderMessage(opt_, step, base_step, server_lr_)))
-      WriteRawPush(stream.get(), pushes);
-    stream->WritesDone();
-    got = std::make_unique<ResultReader>(*impl_, out);
-    const bool ok = got->Read(stream.get());
-    transport::ThrowIfError(stream->Finish(), "PushPull");
-    GP_ENFORCE(ok && got->header.step() >= 0, "PushPull: server sent no result");
-    return 0;
-  });
+  WithRetry(
+      *impl_, opt_, "PushPull",
+      [&](grpc::ClientContext* ctx) {
+        std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
+            grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+                impl_->channel.get(), method, ctx));
+        if (stream->Write(HeaderMessage(opt_, step, base_step, server_lr_)))
+          WriteRawPush(stream.get(), pushes);
+        stream->WritesDone();
+        got = std::make_unique<ResultReader>(*impl_, out);
+        const bool ok = got->Read(stream.get());
+        transport::ThrowIfError(stream->Finish(), "PushPull");
+        GP_ENFORCE(ok && got->header.step() >= 0, "PushPull: server sent no result");
+        return 0;
+      },
+      &st.retries);
   FillFromHeader(got->header, rpc.ElapsedMs(), &st);
   st.decode_ms = got->DecodeRest();
   st.bytes_down = got->bytes;
@@ -300,17 +338,20 @@ StepStats PsClient::Push(int64_t step, const std::vector<torch::Tensor>& grads, 
   const grpc::internal::RpcMethod method(kPushMethod, grpc::internal::RpcMethod::CLIENT_STREAMING,
                                          impl_->channel);
   Timer rpc;
-  proto::PushReply reply = WithRetry(opt_, "Push", [&](grpc::ClientContext* ctx) {
-    proto::PushReply r;
-    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(impl_->channel.get(), method,
-                                                                      ctx, &r));
-    if (writer->Write(HeaderMessage(opt_, step, base_step, server_lr_)))
-      WriteRawPush(writer.get(), pushes);
-    writer->WritesDone();
-    transport::ThrowIfError(writer->Finish(), "Push");
-    return r;
-  });
+  proto::PushReply reply = WithRetry(
+      *impl_, opt_, "Push",
+      [&](grpc::ClientContext* ctx) {
+        proto::PushReply r;
+        std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+            grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(impl_->channel.get(),
+                                                                          method, ctx, &r));
+        if (writer->Write(HeaderMessage(opt_, step, base_step, server_lr_)))
+          WriteRawPush(writer.get(), pushes);
+        writer->WritesDone();
+        transport::ThrowIfError(writer->Finish(), "Push");
+        return r;
+      },
+      &st.retries);
   st.network_ms = rpc.ElapsedMs();
   st.server_step = reply.step();
   st.duplicate = reply.duplicate();
@@ -328,16 +369,19 @@ StepStats PsClient::Pull(std::vector<torch::Tensor>* out, int64_t step) {
                                          impl_->channel);
   Timer rpc;
   std::unique_ptr<ResultReader> got;
-  WithRetry(opt_, "Pull", [&](grpc::ClientContext* ctx) {
-    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(impl_->channel.get(), method,
-                                                                      ctx, req));
-    got = std::make_unique<ResultReader>(*impl_, out);
-    const bool ok = got->Read(reader.get());
-    transport::ThrowIfError(reader->Finish(), "Pull");
-    GP_ENFORCE(ok, "Pull: server sent no result");
-    return 0;
-  });
+  WithRetry(
+      *impl_, opt_, "Pull",
+      [&](grpc::ClientContext* ctx) {
+        std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+            grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(impl_->channel.get(),
+                                                                          method, ctx, req));
+        got = std::make_unique<ResultReader>(*impl_, out);
+        const bool ok = got->Read(reader.get());
+        transport::ThrowIfError(reader->Finish(), "Pull");
+        GP_ENFORCE(ok, "Pull: server sent no result");
+        return 0;
+      },
+      &st.retries);
   FillFromHeader(got->header, rpc.ElapsedMs(), &st);
   st.decode_ms = got->DecodeRest();
   st.bytes_down = got->bytes;
@@ -348,7 +392,7 @@ int64_t PsClient::Heartbeat() {
   proto::HeartbeatRequest req;
   req.set_worker_id(opt_.worker_id);
   req.set_incarnation(opt_.incarnation);
-  return WithRetry(opt_, "Heartbeat", [&](grpc::ClientContext* ctx) {
+  return WithRetry(*impl_, opt_, "Heartbeat", [&](grpc::ClientContext* ctx) {
     proto::HeartbeatReply r;
     transport::ThrowIfError(impl_->stub->Heartbeat(ctx, req, &r), "Heartbeat");
     return r.server_step();
@@ -356,7 +400,7 @@ int64_t PsClient::Heartbeat() {
 }
 
 std::string PsClient::StatsText() {
-  return WithRetry(opt_, "Stats", [&](grpc::ClientContext* ctx) {
+  return WithRetry(*impl_, opt_, "Stats", [&](grpc::ClientContext* ctx) {
     proto::StatsReply r;
     transport::ThrowIfError(impl_->stub->Stats(ctx, proto::StatsRequest{}, &r), "Stats");
     return r.prometheus();

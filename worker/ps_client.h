@@ -9,8 +9,14 @@
 //
 // Every call has a deadline (deadline_s); UNAVAILABLE (server restarting, barrier timeout)
 // is retried with capped exponential backoff, which is safe because the server applies a
-// (worker, incarnation, step) once. Other errors throw the matching gradpress::Error with the
-// server's message (which names the key and the reason).
+// (worker, incarnation, step) once and answers a repeat as it answered the first. Other
+// errors throw the matching gradpress::Error with the server's message (which names the key
+// and the reason); after max_retries the last Unavailable is thrown, naming the call, the
+// attempts and the server (with a hint when TLS is on).
+// Security (transport/security.h): the channel uses options.security's TLS settings and every
+// call, heartbeats included, carries "authorization: Bearer <token>" when a token is set.
+// Faults (transport/fault_injection.h): options.faults are drawn per attempt of every call
+// except the background heartbeats; retries() and faults_injected() count them.
 // Tensors below min_numel elements travel uncompressed. Received tensors are written into
 // the caller's tensors (any device) in model order.
 // Thread-safety: one thread at a time per client.
@@ -24,12 +30,24 @@
 #include <utility>
 #include <vector>
 
+#include "common/config.h"
 #include "compressors/compressor.h"
 #include "compressors/compressor_config.h"
+#include "transport/fault_injection.h"
 
 namespace gradpress::worker {
 
 using compressors::TensorSpec;
+
+// Transport settings every ClientOptions starts from. gradpress-worker sets them once from its
+// config before any client exists (its Trainer builds the ClientOptions); tests and tools set
+// ClientOptions::security / faults directly. Default: plaintext, no token, no faults.
+struct ClientTransport {
+  SecurityConfig security;
+  transport::FaultOptions faults;
+};
+void SetClientTransportDefaults(const ClientTransport& t);  // not thread-safe: call at start
+const ClientTransport& ClientTransportDefaults();
 
 struct ClientOptions {
   std::string server = "127.0.0.1:50051";  // host:port
@@ -47,6 +65,8 @@ struct ClientOptions {
                                    // MomentumCorrection with this momentum
   double heartbeat_s = 0;          // > 0: a background Heartbeat this often after Register,
                                    // so long local phases (evaluation) do not look silent
+  SecurityConfig security = ClientTransportDefaults().security;       // TLS, token
+  transport::FaultOptions faults = ClientTransportDefaults().faults;  // injected, per attempt
 };
 
 struct RegisterInfo {
@@ -68,6 +88,7 @@ struct StepStats {
   int64_t server_step = 0;  // step of the received result
   int contributors = 0;
   bool duplicate = false;
+  int retries = 0;  // attempts of this call that failed UNAVAILABLE and were retried
 };
 
 class PsClient {
@@ -113,6 +134,9 @@ class PsClient {
   void set_server_lr(double lr) { server_lr_ = lr; }
 
   const ClientOptions& options() const { return opt_; }
+  // Since construction: attempts retried (all calls), and faults injected into them.
+  uint64_t retries() const;
+  uint64_t faults_injected() const;
   struct Impl;  // stub, per-key codecs, decoders (ps_client.cc)
 
  private:

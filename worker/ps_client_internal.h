@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -20,6 +21,8 @@
 #include "compressors/registry.h"
 #include "proto/gradpress.grpc.pb.h"
 #include "transport/chunks.h"
+#include "transport/fault_injection.h"
+#include "transport/security.h"
 #include "worker/ps_client.h"
 
 namespace gradpress::worker {
@@ -41,6 +44,9 @@ struct PsClient::Impl {
   std::condition_variable hb_cv;
   bool hb_stop = false;
   std::thread hb_thread;
+  transport::ClientSecurity security;
+  std::unique_ptr<transport::FaultInjector> faults;  // null: none injected
+  std::atomic<uint64_t> retries{0};
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<proto::ParameterServer::Stub> stub;
   std::vector<TensorSpec> model;
@@ -80,19 +86,45 @@ std::vector<KeyPayload> ReadResult(Reader* reader, const std::vector<TensorSpec>
   return assembler.Finish();
 }
 
-// Runs `call` (one RPC attempt, fresh context each time) with retries on Unavailable.
+// A fresh context for one attempt: the deadline and the bearer token.
+inline void PrepareContext(const PsClient::Impl& impl, const ClientOptions& opt,
+                           grpc::ClientContext* ctx) {
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                        std::chrono::duration<double>(opt.deadline_s)));
+  if (!impl.security.header.empty())
+    ctx->AddMetadata(transport::kAuthorizationKey, impl.security.header);
+}
+
+// The error after the last attempt: the call, the attempts, the server, and for TLS a hint.
+std::string GaveUpMessage(const PsClient::Impl& impl, const ClientOptions& opt, const char* what,
+                          int attempts, const std::string& last);
+
+// Runs `call` (one RPC attempt, fresh context each time) with retries on Unavailable, after
+// the injected faults of the attempt. *retries (if given) counts the retried attempts.
 template <typename Fn>
-auto WithRetry(const ClientOptions& opt, const char* what, Fn&& call) -> decltype(call(nullptr)) {
+auto WithRetry(PsClient::Impl& impl, const ClientOptions& opt, const char* what, Fn&& call,
+               int* retries = nullptr) -> decltype(call(nullptr)) {
   double backoff = opt.backoff_initial_s;
   for (int attempt = 0;; ++attempt) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                         std::chrono::duration<double>(opt.deadline_s)));
+    PrepareContext(impl, opt, &ctx);
     try {
+      if (impl.faults) {
+        const transport::FaultInjector::Attempt a = impl.faults->NextAttempt();
+        if (a.delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.delay_ms));
+        if (a.drop) throw Unavailable(std::string(what) + ": injected fault: request dropped");
+        if (a.drop_reply) {
+          call(&ctx);  // ran on the server; its answer is lost
+          throw Unavailable(std::string(what) + ": injected fault: reply dropped");
+        }
+      }
       return call(&ctx);
     } catch (const Unavailable& e) {
-      if (attempt >= opt.max_retries) throw;
+      if (attempt >= opt.max_retries)
+        throw Unavailable(GaveUpMessage(impl, opt, what, attempt + 1, e.what()));
+      impl.retries.fetch_add(1, std::memory_order_relaxed);
+      if (retries) ++*retries;
       spdlog::warn("{} {}: {}; retry {} in {:.2f} s", opt.worker_id, what, e.what(), attempt + 1,
                    backoff);
       std::this_thread::sleep_for(std::chrono::duration<double>(backoff));

@@ -30,17 +30,18 @@ bool PsClient::UploadWeights(bool publish, int64_t round,
                              const std::vector<torch::Tensor>& params) {
   CheckTensors(impl_->model, params, publish ? "PublishWeights" : "InitWeights");
   const std::vector<KeyPayload> payloads = WeightPayloads(*impl_, params);
-  return WithRetry(opt_, publish ? "PublishWeights" : "InitWeights", [&](grpc::ClientContext* ctx) {
-    proto::InitReply reply;
-    auto writer =
-        publish ? impl_->stub->PublishWeights(ctx, &reply) : impl_->stub->InitWeights(ctx, &reply);
-    proto::PushMessage header;
-    FillHeader(opt_, round, 0, std::nullopt, &header);
-    if (writer->Write(header)) WritePayloads(writer.get(), payloads);
-    writer->WritesDone();
-    transport::ThrowIfError(writer->Finish(), publish ? "PublishWeights" : "InitWeights");
-    return reply.accepted();
-  });
+  return WithRetry(
+      *impl_, opt_, publish ? "PublishWeights" : "InitWeights", [&](grpc::ClientContext* ctx) {
+        proto::InitReply reply;
+        auto writer = publish ? impl_->stub->PublishWeights(ctx, &reply)
+                              : impl_->stub->InitWeights(ctx, &reply);
+        proto::PushMessage header;
+        FillHeader(opt_, round, 0, std::nullopt, &header);
+        if (writer->Write(header)) WritePayloads(writer.get(), payloads);
+        writer->WritesDone();
+        transport::ThrowIfError(writer->Finish(), publish ? "PublishWeights" : "InitWeights");
+        return reply.accepted();
+      });
 }
 
 bool PsClient::InitOrPull(std::vector<torch::Tensor>* params) {
@@ -59,13 +60,14 @@ void PsClient::PullWeights(std::vector<torch::Tensor>* params, int64_t min_versi
   req.set_worker_id(opt_.worker_id);
   req.set_incarnation(opt_.incarnation);
   req.set_step(min_version);
-  std::vector<KeyPayload> got = WithRetry(opt_, "PullWeights", [&](grpc::ClientContext* ctx) {
-    auto reader = impl_->stub->PullWeights(ctx, req);
-    proto::PullHeader header;
-    auto payloads = ReadResult(reader.get(), impl_->model, &header);
-    transport::ThrowIfError(reader->Finish(), "PullWeights");
-    return payloads;
-  });
+  std::vector<KeyPayload> got =
+      WithRetry(*impl_, opt_, "PullWeights", [&](grpc::ClientContext* ctx) {
+        auto reader = impl_->stub->PullWeights(ctx, req);
+        proto::PullHeader header;
+        auto payloads = ReadResult(reader.get(), impl_->model, &header);
+        transport::ThrowIfError(reader->Finish(), "PullWeights");
+        return payloads;
+      });
   uint64_t bytes = 0;
   DecodeInto(*impl_, got, params, &bytes);
 }
@@ -76,7 +78,7 @@ std::pair<int, double> PsClient::Elect(int64_t round, double score) {
   req.set_incarnation(opt_.incarnation);
   req.set_round(round);
   req.set_score(score);
-  const proto::ElectReply r = WithRetry(opt_, "Elect", [&](grpc::ClientContext* ctx) {
+  const proto::ElectReply r = WithRetry(*impl_, opt_, "Elect", [&](grpc::ClientContext* ctx) {
     proto::ElectReply reply;
     transport::ThrowIfError(impl_->stub->Elect(ctx, req, &reply), "Elect");
     return reply;

@@ -8,10 +8,12 @@
 // resolved config to <run-dir>/config.yaml (rank 0). Exit 0 on success, 2 on a bad config or
 // flag (with the reason), 1 on a failure while training.
 // Checkpoints go to <run-dir>/ckpt/worker-<rank> (train.checkpoint_every server steps, and at
-// the end). --resume auto continues from the checkpoint of the server's step (restart the
-// server with --resume auto as well); without --run-dir it picks the newest run directory of
-// this config under output.dir that holds a checkpoint of this rank. SIGTERM / SIGINT: the
-// current step finishes, a checkpoint is written, exit 0.
+// the end). The security: block (TLS, bearer token) and faults: block apply to every call to
+// the server; $GRADPRESS_TOKEN and $GRADPRESS_FAULTS override them. --resume auto continues from
+// the checkpoint of the server's step (restart the server with --resume auto as well); without
+// --run-dir it picks the newest run directory of this config under output.dir that holds a
+// checkpoint of this rank. SIGTERM / SIGINT: the current step finishes, a checkpoint is written,
+// exit 0.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -26,6 +28,9 @@
 #include "common/error.h"
 #include "common/huge_pages.h"
 #include "common/logging.h"
+#include "transport/fault_injection.h"
+#include "transport/security.h"
+#include "worker/ps_client.h"
 #include "worker/trainer.h"
 
 namespace {
@@ -97,6 +102,14 @@ int main(int argc, char** argv) {
     }
     if (!run_dir.empty() && id.rank == 0)
       gradpress::WriteResolvedConfig(config, run_dir + "/config.yaml");
+    // Every PsClient of this process uses the config's security and faults ($GRADPRESS_TOKEN
+    // and $GRADPRESS_FAULTS override them); a file or env text that does not work exits 2 now.
+    gradpress::transport::LoadClientSecurity(config.security);
+    gradpress::worker::SetClientTransportDefaults(
+        {config.security, gradpress::transport::ResolveFaults(config.faults)});
+    if (gradpress::worker::ClientTransportDefaults().faults.ClientSide())
+      spdlog::warn("injected faults on: {}",
+                   gradpress::worker::ClientTransportDefaults().faults.ToString());
   } catch (const gradpress::Error& e) {
     std::cerr << "gradpress-worker: " << e.what() << std::endl;
     return 2;

@@ -362,5 +362,64 @@ TEST_CASE("identity: flags, then environment, then config", "[config]") {
   }
 }
 
+TEST_CASE("security and faults blocks: defaults, values, errors", "[config][security]") {
+  const Config d = ParseConfig("");
+  CHECK_FALSE(d.security.tls);
+  CHECK(d.security.cert.empty());
+  CHECK(d.security.token_file.empty());
+  CHECK_FALSE(d.security.allow_plaintext_token);
+  CHECK(d.faults.drop == 0);
+  CHECK(d.faults.drop_reply == 0);
+  CHECK(d.faults.delay == 0);
+  CHECK(d.faults.delay_ms == 20);
+  CHECK(d.faults.fail == 0);
+  CHECK(d.faults.seed == 1);
+
+  const Config c = ParseConfig(
+      "security: {tls: true, cert: s.pem, key: s.key, ca: ca.pem, client_ca: cca.pem,\n"
+      "           client_cert: c.pem, client_key: c.key, server_name: ps.local,\n"
+      "           token_file: tok, allow_plaintext_token: false}\n"
+      "faults: {drop: 0.1, drop_reply: 0.05, delay: 0.2, delay_ms: 7, fail: 0.02, seed: 9}\n");
+  CHECK(c.security.tls);
+  CHECK(c.security.cert == "s.pem");
+  CHECK(c.security.key == "s.key");
+  CHECK(c.security.ca == "ca.pem");
+  CHECK(c.security.client_ca == "cca.pem");
+  CHECK(c.security.client_cert == "c.pem");
+  CHECK(c.security.client_key == "c.key");
+  CHECK(c.security.server_name == "ps.local");
+  CHECK(c.security.token_file == "tok");
+  CHECK(c.faults.drop == 0.1);
+  CHECK(c.faults.drop_reply == 0.05);
+  CHECK(c.faults.delay_ms == 7);
+  CHECK(c.faults.seed == 9);
+  CHECK(ParseConfig(ToYaml(c)) == c);
+
+  CHECK(ErrorOf([] { ParseConfig("faults: {drop: 1.5}"); }).find("faults.drop") !=
+        std::string::npos);
+  CHECK(ErrorOf([] { ParseConfig("faults: {fial: 0.1}"); }).find("did you mean 'faults.fail'") !=
+        std::string::npos);
+  CHECK(ErrorOf([] { ParseConfig("security: {tls: maybe}"); }).find("security.tls") !=
+        std::string::npos);
+  // Certificates without TLS would protect nothing: an error, not silence.
+  CHECK(ErrorOf([] {
+          ParseConfig("security: {ca: ca.pem}");
+        }).find("security.ca is set but security.tls is false") != std::string::npos);
+  CHECK(ErrorOf([] {
+          ParseConfig("security: {tls: true, cert: a.pem}");
+        }).find("security.cert and security.key go together") != std::string::npos);
+  CHECK(ErrorOf([] {
+          ParseConfig("security: {tls: true, client_key: a.key}");
+        }).find("client_cert and security.client_key") != std::string::npos);
+}
+
+TEST_CASE("ConfigHash ignores the per-process security and faults", "[config][security]") {
+  const Config a = ParseConfig(kDesignExample, "x");
+  const Config b = ParseConfig(kDesignExample, "x",
+                               {"faults.drop=0.1", "security.tls=true", "security.ca=/x.pem"});
+  CHECK(ConfigHash(a) == ConfigHash(b));
+  CHECK(a != b);
+}
+
 }  // namespace
 }  // namespace gradpress

@@ -1,0 +1,184 @@
+#pragma once
+// Test harness of tests/transport: a ServerRunner with security and faults on 127.0.0.1:0,
+// PsClients as threads, temp files, environment scopes and an openssl-made PKI.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "compressors/registry.h"
+#include "server/server_runner.h"
+#include "tests/catch_torch.h"
+#include "transport/fault_injection.h"
+#include "worker/ps_client.h"
+
+namespace gradpress::testing {
+
+using compressors::TensorSpec;
+
+// Sets (or with nullptr unsets) an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = getenv(name)) old_ = old, had_ = true;
+    value ? setenv(name, value, 1) : unsetenv(name);
+  }
+  ~ScopedEnv() { had_ ? setenv(name_.c_str(), old_.c_str(), 1) : unsetenv(name_.c_str()); }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+// A fresh directory under /tmp, removed with everything in it at the end of the scope.
+class TempDir {
+ public:
+  TempDir() {
+    char name[] = "/tmp/gp_transport_test_XXXXXX";
+    REQUIRE(mkdtemp(name) != nullptr);
+    path_ = name;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string File(const std::string& name, const std::string& text) const {
+    const std::string p = path_ + "/" + name;
+    std::ofstream(p) << text;
+    return p;
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A CA, a server certificate for IP:127.0.0.1 and DNS:localhost, a client certificate, and a
+// second "wrong" CA with its own client certificate, made once per test process.
+struct Pki {
+  TempDir dir;
+  std::string ca, server_cert, server_key, client_cert, client_key;
+  std::string wrong_ca, wrong_client_cert, wrong_client_key;
+
+  static const Pki& Get() {
+    static Pki pki;
+    return pki;
+  }
+
+ private:
+  Pki() {
+    const std::string d = dir.path();
+    auto path = [&](const std::string& n) { return d + "/" + n; };
+    const std::string key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    auto run = [&](const std::string& cmd) {
+      const std::string full = "cd " + d + " && " + cmd + " >>openssl.log 2>&1";
+      INFO(full);
+      REQUIRE(std::system(full.c_str()) == 0);
+    };
+    auto make_ca = [&](const std::string& name) {
+      run("openssl req -x509 " + key + " -keyout " + name + ".key -out " + name +
+          ".pem -days 2 -subj '/CN=gradpress test " + name +
+          "' -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign");
+    };
+    auto make_leaf = [&](const std::string& name, const std::string& ca_name, const std::string& cn,
+                         const std::string& ext) {
+      std::ofstream(path(name + ".ext")) << ext;
+      run("openssl req " + key + " -keyout " + name + ".key -out " + name +
+          ".csr -subj '/CN=" + cn + "'");
+      run("openssl x509 -req -in " + name + ".csr -CA " + ca_name + ".pem -CAkey " + ca_name +
+          ".key -CAcreateserial -days 2 -out " + name + ".pem -extfile " + name + ".ext");
+    };
+    make_ca("ca");
+    make_ca("wrong_ca");
+    make_leaf("server", "ca", "localhost",
+              "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n");
+    make_leaf("client", "ca", "worker", "extendedKeyUsage=clientAuth\n");
+    make_leaf("wrong_client", "wrong_ca", "worker", "extendedKeyUsage=clientAuth\n");
+    ca = path("ca.pem");
+    server_cert = path("server.pem");
+    server_key = path("server.key");
+    client_cert = path("client.pem");
+    client_key = path("client.key");
+    wrong_ca = path("wrong_ca.pem");
+    wrong_client_cert = path("wrong_client.pem");
+    wrong_client_key = path("wrong_client.key");
+  }
+};
+
+inline std::vector<TensorSpec> Specs(const std::vector<std::vector<int64_t>>& shapes) {
+  std::vector<TensorSpec> s;
+  for (size_t i = 0; i < shapes.size(); ++i) s.push_back({"layer" + std::to_string(i), shapes[i]});
+  return s;
+}
+
+inline std::vector<torch::Tensor> Zeros(const std::vector<TensorSpec>& specs) {
+  std::vector<torch::Tensor> t;
+  for (const auto& s : specs) t.push_back(torch::zeros(s.shape));
+  return t;
+}
+
+// An in-process server with the given security and faults.
+struct SecureCluster {
+  explicit SecureCluster(server::StoreOptions opts, const SecurityConfig& security = {},
+                         transport::FaultOptions faults = {})
+      : runner(std::move(opts), /*deadline_s=*/30, security, faults) {
+    port = runner.Start("127.0.0.1:0");
+  }
+  ~SecureCluster() { runner.Stop(1.0); }
+
+  worker::ClientOptions Client(int i, const SecurityConfig& security = {},
+                               const std::string& push = "none") const {
+    worker::ClientOptions o;
+    o.server = "127.0.0.1:" + std::to_string(port);
+    o.worker_id = "worker-" + std::to_string(i);
+    o.push = compressors::ParseCompressorSpec(push);
+    o.deadline_s = 30;
+    o.max_retries = 2;
+    o.backoff_initial_s = 0.001;
+    o.backoff_max_s = 0.01;
+    o.security = security;
+    return o;
+  }
+
+  // Runs fn(i) on n threads and joins them; rethrows the first failure.
+  static void Parallel(int n, const std::function<void(int)>& fn) {
+    std::vector<std::thread> threads;
+    std::vector<std::exception_ptr> errors(n);
+    for (int i = 0; i < n; ++i) {
+      threads.emplace_back([&, i] {
+        try {
+          fn(i);
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+
+  server::ServerRunner runner;
+  int port = 0;
+};
+
+// The message of the gradpress::Error `f` throws ("(no error)" if none).
+inline std::string ErrorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace gradpress::testing

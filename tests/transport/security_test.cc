@@ -1,0 +1,335 @@
+// TLS, mutual TLS and bearer tokens end to end: an in-process server and PsClients with
+// certificates made by openssl (tests/transport/harness.h).
+#include "transport/security.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/codegen/client_unary_call.h>
+
+#include "proto/gradpress.grpc.pb.h"
+#include "tests/transport/harness.h"
+
+namespace gradpress::testing {
+namespace {
+
+constexpr char kToken[] = "s3cret-token-0123456789";
+
+struct Secure {
+  TempDir dir;
+  std::string token_file = dir.File("token", std::string("  ") + kToken + "\n");
+  ScopedEnv no_env{transport::kTokenEnv, nullptr};
+
+  SecurityConfig Server(bool mutual = false, bool token = true) const {
+    const Pki& pki = Pki::Get();
+    SecurityConfig s;
+    s.tls = true;
+    s.cert = pki.server_cert;
+    s.key = pki.server_key;
+    if (mutual) s.client_ca = pki.ca;
+    if (token) s.token_file = token_file;
+    return s;
+  }
+  SecurityConfig Client(bool token = true) const {
+    SecurityConfig s;
+    s.tls = true;
+    s.ca = Pki::Get().ca;
+    if (token) s.token_file = token_file;
+    return s;
+  }
+};
+
+// Register, InitOrPull and `steps` PushPull steps of n workers; checks the means.
+void Train(SecureCluster& cluster, const std::vector<worker::ClientOptions>& clients,
+           int steps = 3) {
+  const auto specs = Specs({{8, 4}, {3}});
+  const int n = static_cast<int>(clients.size());
+  std::vector<std::vector<torch::Tensor>> got(n);
+  SecureCluster::Parallel(n, [&](int w) {
+    worker::PsClient client(clients[w]);
+    client.Register(specs);
+    auto params = Zeros(specs);
+    client.InitOrPull(&params);
+    for (int step = 0; step < steps; ++step) {
+      std::vector<torch::Tensor> grads, out = Zeros(specs);
+      for (const auto& s : specs) grads.push_back(torch::full(s.shape, float(w + step)));
+      client.PushPull(step, grads, &out);
+      got[w].insert(got[w].end(), out.begin(), out.end());
+    }
+  });
+  for (int w = 0; w < n; ++w) {
+    REQUIRE(got[w].size() == 2 * static_cast<size_t>(steps));
+    for (int step = 0; step < steps; ++step) {
+      const float mean = static_cast<float>(n - 1) / 2 + static_cast<float>(step);
+      for (int k = 0; k < 2; ++k) {
+        const torch::Tensor& t = got[w][2 * step + k];
+        CHECK(torch::allclose(t, torch::full_like(t, mean)));
+      }
+    }
+  }
+}
+
+server::StoreOptions Options(int workers) {
+  server::StoreOptions o;
+  o.workers = workers;
+  o.worker_timeout_s = 30;
+  return o;
+}
+
+TEST_CASE("TLS with a bearer token works end to end", "[security]") {
+  Secure sec;
+  SecureCluster cluster(Options(2), sec.Server());
+  std::vector<worker::ClientOptions> clients = {cluster.Client(0, sec.Client()),
+                                                cluster.Client(1, sec.Client())};
+  clients[1].server = "localhost:" + std::to_string(cluster.port);  // the DNS name, too
+  Train(cluster, clients);
+  {  // the background heartbeats carry the token too
+    worker::ClientOptions o = cluster.Client(0, sec.Client());
+    o.heartbeat_s = 0.01;
+    worker::PsClient client(o);
+    client.Register(Specs({{8, 4}, {3}}));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CHECK(cluster.runner.store().Stats().rejected.count("unauthenticated") == 0);
+}
+
+TEST_CASE("$GRADPRESS_TOKEN overrides security.token_file", "[security]") {
+  Secure sec;
+  SecureCluster cluster(Options(1), sec.Server());
+  SecurityConfig c = sec.Client();
+  c.token_file = sec.dir.File("other", "another-token");
+  CHECK(ErrorOf([&] {
+          worker::PsClient(cluster.Client(0, c)).Register(Specs({{2}}));
+        }).find("bad bearer token") != std::string::npos);
+  ScopedEnv env(transport::kTokenEnv, kToken);
+  CHECK(transport::ResolveToken(c) == kToken);
+  Train(cluster, {cluster.Client(0, c)}, 1);
+}
+
+TEST_CASE("calls without the token, or with a wrong one, are UNAUTHENTICATED", "[security]") {
+  Secure sec;
+  SecureCluster cluster(Options(1), sec.Server());
+  const std::string none = ErrorOf(
+      [&] { worker::PsClient(cluster.Client(0, sec.Client(false))).Register(Specs({{2}})); });
+  INFO(none);
+  CHECK(none.find("missing bearer token") != std::string::npos);
+  CHECK(none.find("UNAUTHENTICATED") != std::string::npos);
+  SecurityConfig wrong = sec.Client();
+  wrong.token_file = sec.dir.File("wrong", std::string(kToken) + "x");
+  const std::string bad =
+      ErrorOf([&] { worker::PsClient(cluster.Client(0, wrong)).Register(Specs({{2}})); });
+  INFO(bad);
+  CHECK(bad.find("bad bearer token") != std::string::npos);
+  CHECK(cluster.runner.store().Stats().rejected.at("unauthenticated") == 2);
+}
+
+// Every ParameterServer RPC, sent with the raw stub and no metadata, is refused; the health
+// service answers SERVING without a token.
+TEST_CASE("every RPC checks the token but the health service does not", "[security]") {
+  Secure sec;
+  SecureCluster cluster(Options(1), sec.Server());
+  const transport::ClientSecurity cs = transport::LoadClientSecurity(sec.Client(false));
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(cluster.port), cs.credentials);
+  auto stub = proto::ParameterServer::NewStub(channel);
+  auto ctx = [] {
+    auto c = std::make_unique<grpc::ClientContext>();
+    c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return c;
+  };
+  std::vector<std::pair<std::string, grpc::Status>> got;
+  {
+    proto::RegisterReply r;
+    got.push_back({"Register", stub->Register(ctx().get(), {}, &r)});
+  }
+  {
+    proto::HeartbeatReply r;
+    got.push_back({"Heartbeat", stub->Heartbeat(ctx().get(), {}, &r)});
+  }
+  {
+    proto::StatsReply r;
+    got.push_back({"Stats", stub->Stats(ctx().get(), {}, &r)});
+  }
+  {
+    proto::ElectReply r;
+    got.push_back({"Elect", stub->Elect(ctx().get(), {}, &r)});
+  }
+  for (const char* name : {"InitWeights", "PublishWeights", "Push"}) {
+    auto c = ctx();
+    proto::InitReply r;
+    proto::PushReply pr;
+    std::unique_ptr<grpc::ClientWriter<proto::PushMessage>> w =
+        std::string(name) == "InitWeights"      ? stub->InitWeights(c.get(), &r)
+        : std::string(name) == "PublishWeights" ? stub->PublishWeights(c.get(), &r)
+                                                : stub->Push(c.get(), &pr);
+    w->WritesDone();
+    got.push_back({name, w->Finish()});
+  }
+  for (const char* name : {"PullWeights", "Pull"}) {
+    auto c = ctx();
+    auto r = std::string(name) == "Pull" ? stub->Pull(c.get(), {}) : stub->PullWeights(c.get(), {});
+    proto::PullMessage m;
+    while (r->Read(&m)) {
+    }
+    got.push_back({name, r->Finish()});
+  }
+  {
+    auto c = ctx();
+    auto s = stub->PushPull(c.get());
+    s->WritesDone();
+    proto::PullMessage m;
+    while (s->Read(&m)) {
+    }
+    got.push_back({"PushPull", s->Finish()});
+  }
+  REQUIRE(got.size() == 10);
+  for (const auto& [name, status] : got) {
+    INFO(name << ": " << status.error_message());
+    CHECK(status.error_code() == grpc::StatusCode::UNAUTHENTICATED);
+    CHECK(status.error_message() == "missing bearer token");
+  }
+  CHECK(cluster.runner.store().Stats().rejected.at("unauthenticated") == 10);
+
+  // grpc.health.v1.Health/Check with an empty request: SERVING (field 1 = 1), no token.
+  grpc::ClientContext hc;
+  hc.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::ByteBuffer request, response;
+  grpc::Slice empty;
+  request = grpc::ByteBuffer(&empty, 1);
+  const grpc::internal::RpcMethod check("/grpc.health.v1.Health/Check",
+                                        grpc::internal::RpcMethod::NORMAL_RPC);
+  const grpc::Status hs = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+      channel.get(), check, &hc, request, &response);
+  INFO(hs.error_message());
+  REQUIRE(hs.ok());
+  std::vector<grpc::Slice> slices;
+  REQUIRE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  CHECK(bytes == std::string("\x08\x01", 2));
+}
+
+TEST_CASE("a worker that trusts the wrong CA fails with a clear TLS error", "[security]") {
+  Secure sec;
+  SecureCluster cluster(Options(1), sec.Server());
+  SecurityConfig c = sec.Client();
+  c.ca = Pki::Get().wrong_ca;
+  worker::ClientOptions o = cluster.Client(0, c);
+  o.max_retries = 1;
+  const std::string msg = ErrorOf([&] { worker::PsClient(o).Register(Specs({{2}})); });
+  INFO(msg);
+  CHECK(msg.find("Register to 127.0.0.1:") != std::string::npos);
+  CHECK(msg.find("failed after 2 attempts") != std::string::npos);
+  CHECK(msg.find("TLS is on") != std::string::npos);
+  CHECK((msg.find("andshake") != std::string::npos || msg.find("SSL") != std::string::npos ||
+         msg.find("ssl") != std::string::npos));
+  // A name the certificate does not hold fails the same way; the override fixes it.
+  SecurityConfig named = sec.Client();
+  named.server_name = "not-the-server";
+  o = cluster.Client(0, named);
+  o.max_retries = 0;
+  CHECK(ErrorOf([&] {
+          worker::PsClient(o).Register(Specs({{2}}));
+        }).find("failed after 1 attempt") != std::string::npos);
+  named.server_name = "localhost";
+  Train(cluster, {cluster.Client(0, named)}, 1);
+}
+
+TEST_CASE("mutual TLS refuses clients without a certificate of its CA", "[security]") {
+  Secure sec;
+  const Pki& pki = Pki::Get();
+  SecureCluster cluster(Options(1), sec.Server(/*mutual=*/true));
+  SecurityConfig none = sec.Client();
+  worker::ClientOptions o = cluster.Client(0, none);
+  o.max_retries = 1;
+  std::string msg = ErrorOf([&] { worker::PsClient(o).Register(Specs({{2}})); });
+  INFO(msg);
+  CHECK(msg.find("failed after 2 attempts") != std::string::npos);
+  SecurityConfig wrong = sec.Client();
+  wrong.client_cert = pki.wrong_client_cert;
+  wrong.client_key = pki.wrong_client_key;
+  o = cluster.Client(0, wrong);
+  o.max_retries = 1;
+  msg = ErrorOf([&] { worker::PsClient(o).Register(Specs({{2}})); });
+  INFO(msg);
+  CHECK(msg.find("failed after 2 attempts") != std::string::npos);
+  SecurityConfig good = sec.Client();
+  good.client_cert = pki.client_cert;
+  good.client_key = pki.client_key;
+  Train(cluster, {cluster.Client(0, good)}, 2);
+}
+
+TEST_CASE("a token without TLS is refused unless allow_plaintext_token", "[security]") {
+  Secure sec;
+  SecurityConfig plain;
+  plain.token_file = sec.token_file;
+  const std::string msg = ErrorOf([&] { SecureCluster cluster(Options(1), plain); });
+  INFO(msg);
+  CHECK(msg.find("security.tls is false") != std::string::npos);
+  CHECK(msg.find("allow_plaintext_token") != std::string::npos);
+  {  // the same from $GRADPRESS_TOKEN alone
+    ScopedEnv env(transport::kTokenEnv, "abc");
+    CHECK(ErrorOf([&] {
+            SecureCluster cluster(Options(1), SecurityConfig{});
+          }).find("allow_plaintext_token") != std::string::npos);
+  }
+  plain.allow_plaintext_token = true;
+  SecureCluster cluster(Options(1), plain);
+  SecurityConfig client;
+  client.token_file = sec.token_file;
+  CHECK(ErrorOf([&] {
+          worker::PsClient p(cluster.Client(0, client));
+        }).find("allow_plaintext_token") != std::string::npos);
+  client.allow_plaintext_token = true;
+  Train(cluster, {cluster.Client(0, client)}, 2);
+  CHECK(ErrorOf([&] {
+          worker::PsClient(cluster.Client(0)).Register(Specs({{2}}));
+        }).find("missing bearer token") != std::string::npos);
+}
+
+TEST_CASE("unreadable security files name the key and the path", "[security]") {
+  Secure sec;
+  auto server_error = [&](SecurityConfig c) {
+    return ErrorOf([&] { transport::LoadServerSecurity(c); });
+  };
+  auto client_error = [&](SecurityConfig c) {
+    return ErrorOf([&] { transport::LoadClientSecurity(c); });
+  };
+  SecurityConfig s = sec.Server();
+  s.cert = "/nonexistent/server.pem";
+  CHECK(server_error(s).find("security.cert: cannot read '/nonexistent/server.pem'") !=
+        std::string::npos);
+  s = sec.Server();
+  s.key = sec.dir.path();
+  CHECK(server_error(s).find("security.key: cannot read '" + sec.dir.path() +
+                             "': it is a directory") != std::string::npos);
+  s = sec.Server(/*mutual=*/true);
+  s.client_ca = "/nonexistent/ca.pem";
+  CHECK(server_error(s).find("security.client_ca: cannot read") != std::string::npos);
+  s = sec.Server();
+  s.token_file = "/nonexistent/token";
+  CHECK(server_error(s).find("security.token_file: cannot read '/nonexistent/token'") !=
+        std::string::npos);
+  s.token_file = sec.dir.File("blank", " \n");
+  CHECK(server_error(s).find("security.token_file") != std::string::npos);
+  SecurityConfig c = sec.Client();
+  c.ca = "/nonexistent/ca.pem";
+  CHECK(client_error(c).find("security.ca: cannot read '/nonexistent/ca.pem'") !=
+        std::string::npos);
+  c = sec.Client();
+  c.client_cert = "/nonexistent/c.pem";
+  c.client_key = Pki::Get().client_key;
+  CHECK(client_error(c).find("security.client_cert: cannot read") != std::string::npos);
+  // Through the config: the error names the key of the file that failed.
+  Config config = ParseConfig("security: {tls: true, cert: /no/cert.pem, key: /no/key.pem}");
+  CHECK(ErrorOf([&] { SecureCluster cluster(Options(1), config.security); }).find("security.") !=
+        std::string::npos);
+}
+
+TEST_CASE("ConstantTimeEquals compares whole strings", "[security]") {
+  CHECK(transport::ConstantTimeEquals("abc", "abc"));
+  CHECK_FALSE(transport::ConstantTimeEquals("abc", "abd"));
+  CHECK_FALSE(transport::ConstantTimeEquals("abc", "abcd"));
+  CHECK_FALSE(transport::ConstantTimeEquals("", "a"));
+  CHECK(transport::ConstantTimeEquals("", ""));
+}
+
+}  // namespace
+}  // namespace gradpress::testing
