@@ -27,16 +27,6 @@
 
 namespace gradpress::worker {
 
-namespace {
-ClientTransport& Defaults() {
-  static ClientTransport t;
-  return t;
-}
-}  // namespace
-
-void SetClientTransportDefaults(const ClientTransport& t) { Defaults() = t; }
-const ClientTransport& ClientTransportDefaults() { return Defaults(); }
-
 PsClient::PsClient(ClientOptions options) : opt_(std::move(options)), impl_(new Impl) {
   compressors::RegisterBuiltinCompressors();
   compressors::MakeCompressor(opt_.push);  // a bad push codec fails here, not at step 1

@@ -39,16 +39,6 @@ namespace gradpress::worker {
 
 using compressors::TensorSpec;
 
-// Transport settings every ClientOptions starts from. gradpress-worker sets them once from its
-// config before any client exists (its Trainer builds the ClientOptions); tests and tools set
-// ClientOptions::security / faults directly. Default: plaintext, no token, no faults.
-struct ClientTransport {
-  SecurityConfig security;
-  transport::FaultOptions faults;
-};
-void SetClientTransportDefaults(const ClientTransport& t);  // not thread-safe: call at start
-const ClientTransport& ClientTransportDefaults();
-
 struct ClientOptions {
   std::string server = "127.0.0.1:50051";  // host:port
   std::string worker_id = "worker-0";
@@ -65,8 +55,8 @@ struct ClientOptions {
                                    // MomentumCorrection with this momentum
   double heartbeat_s = 0;          // > 0: a background Heartbeat this often after Register,
                                    // so long local phases (evaluation) do not look silent
-  SecurityConfig security = ClientTransportDefaults().security;       // TLS, token
-  transport::FaultOptions faults = ClientTransportDefaults().faults;  // injected, per attempt
+  SecurityConfig security;         // TLS, token (default: plaintext, no token)
+  transport::FaultOptions faults;  // injected per attempt (default: none)
 };
 
 struct RegisterInfo {

@@ -16,6 +16,7 @@
 #include "common/timer.h"
 #include "compressors/compressor_config.h"
 #include "compressors/registry.h"
+#include "transport/fault_injection.h"
 #include "worker/compression_schedule.h"
 #include "worker/data/random.h"
 #include "worker/data/sampler.h"
@@ -105,6 +106,8 @@ Trainer::Trainer(TrainerOptions options)
   co.momentum_correction = c.compress.momentum_correction;
   co.deadline_s = c.server.deadline_s;
   co.heartbeat_s = c.server.worker_timeout_s / 4;
+  co.security = c.security;                        // $GRADPRESS_TOKEN is read by the client
+  co.faults = transport::ResolveFaults(c.faults);  // $GRADPRESS_FAULTS overrides the config
   client_ = std::make_unique<PsClient>(co);
   if (!c.compress.dynamic.ladder.empty()) {
     controller_ = std::make_unique<CompressionController>(c.compress.dynamic);
@@ -229,6 +232,7 @@ StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labe
   m.decode_ms = st.decode_ms;
   m.network_ms = st.network_ms;
   m.wait_ms = st.wait_ms;
+  m.retries = st.retries;
   ++step_;
   m.step_ms = step_timer.ElapsedMs();
   return m;
@@ -278,7 +282,7 @@ TrainSummary Trainer::Run() {
     const std::vector<int64_t> idx =
         data::EpochIndices(n, opt_.rank, opt_.workers, epoch, static_cast<uint64_t>(c.train.seed));
     int64_t correct = 0, seen = 0;
-    bool stop = false;
+    bool stop = false, rejoined = false;
     if (c.compress.warmup_epochs > 0) {
       const double density = WarmupDensity(push_ratio_, c.compress.warmup_epochs, epoch);
       GP_ENFORCE(client_->SetPushDensity(density), "compress.warmup_epochs: push codec '",
@@ -305,7 +309,18 @@ TrainSummary Trainer::Run() {
       if (!exchange_weights_) ApplyLr(lr);
       data::Dataset b = data::GatherBatch(data_.train, idx, i * batch, (i + 1) * batch);
       torch::Tensor images = augment ? data::AugmentCifar(b.images, &rng_) : b.images;
-      StepMetrics m = Step(images, b.labels);
+      StepMetrics m;
+      try {
+        m = Step(images, b.labels);
+      } catch (const Error& e) {
+        if (!LostByServer(e)) throw;
+        const int64_t lost = Rejoin(e);
+        if (lost < 0) throw;
+        done = std::max<int64_t>(0, done - lost);  // max_steps counts the steps kept
+        ++s.rejoins;
+        rejoined = true;
+        break;
+      }
       correct += m.correct;
       seen += b.size();
       ++done;
@@ -321,6 +336,7 @@ TrainSummary Trainer::Run() {
       s.decode_ms += m.decode_ms;
       s.network_ms += m.network_ms;
       s.wait_ms += m.wait_ms;
+      s.retries += m.retries;
       AppendLine(StepJson(opt_.rank, m).Done());
       log_images += b.size();
       if (c.train.log_every > 0 && m.step % c.train.log_every == 0) {
@@ -334,6 +350,11 @@ TrainSummary Trainer::Run() {
         since_log.Restart();
         log_images = 0;
       }
+    }
+    if (rejoined) {
+      // Back to the server's step: restart the loop at its epoch and batch.
+      epoch = step_ / steps_per_epoch - 1;
+      continue;
     }
     if (stop) WriteCheckpoint();  // the state right after the last step, before evaluation
     if (seen == 0 && stop) break;
@@ -400,6 +421,7 @@ JsonLine StepJson(int rank, const StepMetrics& m) {
       .Num("decode_ms", m.decode_ms)
       .Num("network_ms", m.network_ms)
       .Num("wait_ms", m.wait_ms);
+  if (m.retries > 0) line.Int("retries", m.retries);
   return line;
 }
 
@@ -424,7 +446,9 @@ void WriteSummaryJson(const std::string& run_dir, const Config& c, int workers,
       .Num("network_ms", s.network_ms)
       .Num("decode_ms", s.decode_ms)
       .Num("wait_ms", s.wait_ms)
-      .Num("wall_s", s.wall_s);
+      .Num("wall_s", s.wall_s)
+      .Int("retries", s.retries)
+      .Int("rejoins", s.rejoins);
   if (extra) extra(line);
   const std::string path = run_dir + "/summary.json";
   {

@@ -25,8 +25,9 @@
 //   cifar10 batches get AugmentCifar; other datasets are not augmented.
 // Run directory (run_dir non-empty): appends to run_dir/metrics.jsonl one line per step
 //   {rank, step, loss, bytes_up, bytes_down, compute_ms, encode_ms, decode_ms, network_ms,
-//   wait_ms} and one per epoch {rank, epoch, train_acc, test_acc, epoch_s}; rank 0 writes
-//   run_dir/summary.json at the end (DESIGN.md field names; method = config name).
+//   wait_ms, retries (only when > 0)}, one per rejoin {rank, step, event, steps_lost}, one per
+//   epoch {rank, epoch, train_acc, test_acc, epoch_s}; rank 0 writes run_dir/summary.json at the
+//   end (DESIGN.md field names; method = config name).
 // Checkpoints hold step, model (parameters and buffers), optimizer, method 6's anchor, the
 //   push codecs' residuals and the augmentation RNG; the data cursor is the step (each
 //   epoch's order is a function of seed and epoch). A run stopped after a checkpoint and
@@ -46,6 +47,7 @@
 
 #include "common/checkpoint.h"
 #include "common/config.h"
+#include "common/error.h"
 #include "common/json_line.h"
 #include "worker/compression_schedule.h"
 #include "worker/data/dataset.h"
@@ -81,6 +83,7 @@ struct StepMetrics {
   double step_ms = 0;   // wall time of the whole step
   int64_t correct = 0;  // correct predictions in the batch (train accuracy)
   bool stale = false;   // async: the push was refused as too stale (dropped)
+  int retries = 0;      // RPC attempts retried (UNAVAILABLE, injected faults) in the exchange
 };
 
 struct EpochMetrics {
@@ -96,6 +99,8 @@ struct TrainSummary {
   double step_ms = 0, compute_ms = 0, encode_ms = 0, network_ms = 0, decode_ms = 0,
          wait_ms = 0;  // means per step
   double wall_s = 0;
+  int64_t retries = 0;  // RPC attempts retried in all
+  int64_t rejoins = 0;  // times the server lost this worker and it registered again
   std::vector<EpochMetrics> epoch_metrics;
 };
 
@@ -155,6 +160,14 @@ class Trainer {
   double ProbeTrainLoss(int64_t max_images);
   // Restores the checkpoint of `server_step` (Connect, when resuming); see TrainerOptions.
   void Resume(int64_t server_step);
+  // True for the errors of a server that no longer knows this worker: it restarted (from a
+  // checkpoint or from scratch: NotFound) or dropped it after worker_timeout_s.
+  static bool LostByServer(const Error& e);
+  // Registers again after LostByServer and goes on from the server's step: this worker's
+  // checkpoint of that step (exact), else the server's weights (methods 1-2, or 3-6 with
+  // server.shadow_weights). Returns the steps rolled back, or -1 (nothing changed) when
+  // there is no way back (no checkpoint and no server weights to adopt).
+  int64_t Rejoin(const Error& why);
   void RestoreCheckpoint(const Checkpoint& c);
   void AppendLine(const std::string& line);
   void WriteSummary(const TrainSummary& s) const;

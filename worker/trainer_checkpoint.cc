@@ -7,6 +7,7 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "common/byte_io.h"
@@ -145,8 +146,12 @@ void Trainer::Resume(int64_t server_step) {
   if (shadow) {
     // Gradient methods with server.shadow_weights: the server holds the weights every worker
     // holds. Go on from this worker's newest checkpoint (optimizer momentum, residuals, RNG:
-    // server_step - its step steps old) with the server's current weights and step.
-    std::optional<Checkpoint> newest = LoadLatestCheckpoint(checkpoint_dir_);
+    // server_step - its step steps old) with the server's current weights and step. A
+    // checkpoint newer than the server's step (the server fell back past it) is the last
+    // choice: its optimizer state comes from steps the server no longer has.
+    std::optional<Checkpoint> newest =
+        LoadLatestCheckpoint(checkpoint_dir_, [&](int64_t s) { return s <= server_step; });
+    if (!newest) newest = LoadLatestCheckpoint(checkpoint_dir_);
     GP_ENFORCE(newest.has_value(), "no readable checkpoint in ", checkpoint_dir_);
     RestoreCheckpoint(*newest);
     std::vector<torch::Tensor> weights = Parameters();
@@ -177,6 +182,47 @@ void Trainer::Resume(int64_t server_step) {
                            "): restart the server with --resume auto, or with --resume <its "
                            "checkpoint file of one of these steps> (server.shadow_weights lets "
                            "a lone worker of methods 3-6 rejoin a running server)");
+}
+
+bool Trainer::LostByServer(const Error& e) {
+  if (e.code() == ErrorCode::kNotFound) return true;  // "worker '...' is not registered"
+  return e.code() == ErrorCode::kFailedPrecondition &&
+         std::string(e.what()).find("register again") != std::string::npos;
+}
+
+int64_t Trainer::Rejoin(const Error& why) {
+  const int64_t before = step_;
+  spdlog::warn("worker-{} step {}: the server lost this worker ({}); registering again", opt_.rank,
+               step_, why.what());
+  const bool shadow = opt_.config.server.shadow_weights && opt_.config.sync.exchange == "gradients";
+  const bool has_checkpoints =
+      !checkpoint_dir_.empty() && !ListCheckpoints(checkpoint_dir_).empty();
+  if (!has_checkpoints && !exchange_weights_ && !shadow) return -1;
+  connected_ = false;
+  const bool resume = opt_.resume;
+  opt_.resume = has_checkpoints;  // Connect then resumes the checkpoint of the server's step
+  try {
+    Connect();
+  } catch (...) {
+    opt_.resume = resume;
+    throw;
+  }
+  opt_.resume = resume;
+  if (!has_checkpoints && shadow) {
+    // No checkpoint: go on from the server's copy of the workers' weights.
+    std::vector<torch::Tensor> weights = Parameters();
+    client_->PullWeights(&weights);
+    for (size_t i = 0; i < params_.size(); ++i) anchor_[i].copy_(params_[i].detach());
+  }
+  const int64_t lost = std::max<int64_t>(0, before - step_);
+  spdlog::warn("worker-{}: rejoined at step {} ({} steps rolled back)", opt_.rank, step_, lost);
+  AppendLine(JsonLine()
+                 .Int("rank", opt_.rank)
+                 .Int("step", step_)
+                 .Str("event", "rejoin")
+                 .Int("steps_lost", lost)
+                 .Done());
+  return lost;
 }
 
 }  // namespace gradpress::worker

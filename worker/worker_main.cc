@@ -102,14 +102,11 @@ int main(int argc, char** argv) {
     }
     if (!run_dir.empty() && id.rank == 0)
       gradpress::WriteResolvedConfig(config, run_dir + "/config.yaml");
-    // Every PsClient of this process uses the config's security and faults ($GRADPRESS_TOKEN
-    // and $GRADPRESS_FAULTS override them); a file or env text that does not work exits 2 now.
+    // The Trainer's client uses the config's security and faults ($GRADPRESS_TOKEN and
+    // $GRADPRESS_FAULTS override them); a file or env text that does not work exits 2 now.
     gradpress::transport::LoadClientSecurity(config.security);
-    gradpress::worker::SetClientTransportDefaults(
-        {config.security, gradpress::transport::ResolveFaults(config.faults)});
-    if (gradpress::worker::ClientTransportDefaults().faults.ClientSide())
-      spdlog::warn("injected faults on: {}",
-                   gradpress::worker::ClientTransportDefaults().faults.ToString());
+    const auto faults = gradpress::transport::ResolveFaults(config.faults);
+    if (faults.ClientSide()) spdlog::warn("injected faults on: {}", faults.ToString());
   } catch (const gradpress::Error& e) {
     std::cerr << "gradpress-worker: " << e.what() << std::endl;
     return 2;

@@ -2,7 +2,10 @@
 // weights of an uninterrupted run. In-process server on 127.0.0.1:0, workers as threads.
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <memory>
+#include <thread>
 
 #include "common/checkpoint.h"
 #include "common/config.h"
@@ -186,6 +189,71 @@ compress: {min_numel: 100})");
   // through worker-1's 2-step-old optimizer momentum (measured: about half of what training
   // moved them, in the max norm), a bounded offset, not a drift.
   CHECK(apart < moved);
+}
+
+// The server dies mid-run (no final checkpoint) and a new one starts on the same port from
+// its newest checkpoint: the workers see UNAVAILABLE, back off, find themselves unknown
+// (NotFound), register again, roll back to their checkpoint of the server's step and finish.
+void CheckServerRestart(const std::string& method) {
+  const Config c = MakeConfig(method);
+  const int64_t total = 20;
+  TempDir straight, faulty;
+  const auto ref = RunJob(c, straight.path, total, false, ServerEnd::kKilled);
+
+  server::StoreOptions so = server::StoreOptionsFromConfig(c);
+  so.checkpoint_dir = faulty.path + "/ckpt/server";
+  auto runner = std::make_unique<server::ServerRunner>(so, 30);
+  const int port = runner->Start("127.0.0.1:0");
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  std::vector<std::vector<torch::Tensor>> weights(2);
+  std::vector<int64_t> steps(2);
+  std::thread workers([&] {
+    Cluster::Parallel(2, [&](int r) {
+      TrainerOptions o;
+      o.config = c;
+      o.rank = r;
+      o.workers = 2;
+      o.server = address;
+      o.run_dir = faulty.path;
+      o.max_steps = total;
+      Trainer t(o);
+      steps[r] = t.Run().steps;
+      for (const auto& p : t.Parameters()) weights[r].push_back(p.clone());
+    });
+  });
+  while (runner->store().step() < 12) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const int64_t died_at = runner->store().step();
+  runner->Stop(0);  // in-flight barrier waits end with UNAVAILABLE; no final checkpoint
+  runner.reset();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the workers retry meanwhile
+  auto restarted = std::make_unique<server::ServerRunner>(so, 30);
+  auto ckpt = LoadLatestCheckpoint(so.checkpoint_dir);
+  REQUIRE(ckpt.has_value());
+  const int64_t restored = ckpt->step;
+  restarted->store().RestoreCheckpoint(*ckpt);
+  REQUIRE(restarted->Start(address) == port);
+  workers.join();
+  const int64_t final_step = restarted->store().step();
+  restarted->Stop(1.0);
+  const double d0 = MaxDiff(ref[0], weights[0]), d1 = MaxDiff(ref[1], weights[1]);
+  WARN(method << ": server died at step " << died_at << ", restarted from " << restored
+              << ", ended at " << final_step << ": max |w - w_straight| = " << d0 << " / " << d1);
+  CHECK(restored == 10);
+  CHECK(final_step == total);
+  CHECK(steps[0] == total);
+  CHECK(steps[1] == total);
+  CHECK(d0 == 0.0);
+  CHECK(d1 == 0.0);
+}
+
+TEST_CASE("resume: workers rejoin a restarted server and end as if it never died (method 3)",
+          "[resume][restart]") {
+  CheckServerRestart("sync: {mode: sync, exchange: gradients}");
+}
+
+TEST_CASE("resume: workers rejoin a restarted server and end as if it never died (method 1)",
+          "[resume][restart]") {
+  CheckServerRestart("sync: {mode: sync, exchange: weights}");
 }
 
 }  // namespace

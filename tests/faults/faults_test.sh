@@ -1,0 +1,350 @@
+#!/usr/bin/env bash
+# Fault scenarios with real processes (issue 7; shared/DESIGN.md "Reliability rules"): one
+# gradpress-server and two gradpress-worker processes train LeNet on a Fashion-MNIST subset
+# (method 3 by default) while this script kills, stops, corrupts and drops things. Every
+# scenario is compared with a fault-free run of the same config and seed, and the results are
+# printed as README's fault table (markdown) and written to $OUT/faults.md.
+#
+#   bash tests/faults/faults_test.sh build            # all scenarios (about 3 minutes)
+#   bash tests/faults/faults_test.sh build server_kill drop10   # some of them
+#
+# Scenarios: baseline, worker_kill, worker_lost, server_kill, sigterm, corrupt, drop10.
+# Fails (exit 1) when a scenario does not hold: the job must complete (every surviving
+# process exits 0), final test accuracy within 1 point of the baseline, SIGTERM exits 0
+# within 10 s with a final checkpoint, lost server steps at most one checkpoint interval,
+# dropped RPCs show up as retries. Env: FAULTS_CONFIG (default configs/lenet_fmnist_m3.yaml),
+# FAULTS_SETS adds --set flags, FAULTS_KEEP=1 keeps the run directories.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+build=$(cd "${1:?usage: faults_test.sh BUILD_DIR [scenario...]}" && pwd)
+shift
+server_bin=$build/server/gradpress-server
+worker_bin=$build/worker/gradpress-worker
+for b in "$server_bin" "$worker_bin"; do
+  [[ -x $b ]] || { echo "faults_test: $b not built" >&2; exit 1; }
+done
+config=${FAULTS_CONFIG:-$repo/configs/lenet_fmnist_m3.yaml}
+out=${OUT:-$(mktemp -d /tmp/gp_faults.XXXXXX)}
+mkdir -p "$out"
+every=20  # checkpoint interval (server steps)
+# lr 0.02 over 4 epochs: three seeds end within 0.2 points of each other (0.8631-0.8649), so
+# a 1-point tolerance measures the fault, not the seed; method 5 varies 0.6 points by seed.
+sets=(--set dataset.subset=30000 --set dataset.test_subset=0 --set train.epochs=4
+      --set train.checkpoint_every=$every --set train.log_every=0 --set device=cpu
+      --set train.lr=0.02)
+# FAULTS_SETS: more --set flags for every process (e.g. "--set train.seed=3").
+read -r -a user_sets <<<"${FAULTS_SETS:-}"
+sets+=("${user_sets[@]}")
+# 30000 images / 2 workers / batch 64 = 235 steps per epoch; 940 steps in all.
+kill_at=350  # mid-epoch 1
+scenario_sets=()  # a scenario's own --set flags
+
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  if [[ ${FAULTS_KEEP:-0} != 1 && ${failed:-0} == 0 ]]; then rm -rf "$out"; fi
+}
+trap cleanup EXIT
+failed=0
+fail() { echo "FAIL: $*" >&2; failed=1; }
+
+# start_server DIR [args...]: sets spid; port reused from $port when set (a restart).
+start_server() {
+  local dir=$1; shift
+  mkdir -p "$dir"
+  "$server_bin" --config "$config" "${sets[@]}" "${scenario_sets[@]}" --listen "127.0.0.1:${port:-0}" --workers 2 \
+    --run-dir "$dir" "$@" >>"$dir/server.out" 2>&1 &
+  spid=$!
+  pids+=("$spid")
+  for _ in $(seq 300); do
+    if [[ -z ${port:-} ]]; then
+      port=$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$dir/server.out" | head -1)
+    fi
+    grep -q "listening on" "$dir/server.out" && [[ -n ${port:-} ]] && return 0
+    kill -0 "$spid" 2>/dev/null || break
+    sleep 0.1
+  done
+  cat "$dir/server.out" >&2
+  echo "faults_test: server did not start" >&2
+  return 1
+}
+
+# start_worker DIR RANK [args...]: sets wpid[RANK]; log appended to DIR/worker-RANK.out.
+declare -A wpid
+start_worker() {
+  local dir=$1 rank=$2; shift 2
+  "$worker_bin" --config "$config" "${sets[@]}" "${scenario_sets[@]}" --rank "$rank" --workers 2 \
+    --server "127.0.0.1:$port" --run-dir "$dir" "$@" >>"$dir/worker-$rank.out" 2>&1 &
+  wpid[$rank]=$!
+  pids+=("${wpid[$rank]}")
+}
+
+# last_step DIR RANK: the newest step rank RANK logged (-1 if none).
+last_step() {
+  local s
+  s=$(grep -o "\"rank\": $2, \"step\": [0-9]*, \"loss\"" "$1/metrics.jsonl" 2>/dev/null |
+    tail -1 | sed 's/.*"step": \([0-9]*\).*/\1/')
+  echo "${s:--1}"
+}
+
+wait_step() {  # DIR RANK STEP
+  for _ in $(seq 1200); do
+    (( $(last_step "$1" "$2") >= $3 )) && return 0
+    sleep 0.05
+  done
+  echo "faults_test: rank $2 never reached step $3" >&2
+  return 1
+}
+
+wait_rc() {  # PID -> $rc (not in $(...): a subshell cannot wait for this shell's children)
+  rc=0
+  wait "$1" || rc=$?
+}
+
+acc() { sed -n 's/.*"test_acc": \([0-9.]*\).*/\1/p' "$1/summary.json" 2>/dev/null || true; }
+server_step() { ls "$1/ckpt/server" 2>/dev/null | sed -n 's/step-0*\([0-9][0-9]*\)\.ckpt/\1/p' | sort -n | tail -1; }
+points() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "") print "n/a"; else printf "%+.2f", (a - b) * 100 }'; }
+within_point() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && b != "" && (a - b) <= 0.01 && (b - a) <= 0.01) }'; }
+
+rows=()
+row() { rows+=("| $1 | $2 | $3 | $4 | $5 |"); }
+
+# Finishes a job: waits for the workers given, then SIGTERMs the server.
+finish() {  # DIR RANK...
+  local dir=$1 rc ok=1; shift
+  for r in "$@"; do
+    wait_rc "${wpid[$r]}"
+    [[ $rc == 0 ]] || { ok=0; echo "worker-$r exited $rc; its log:" >&2; tail -20 "$dir/worker-$r.out" >&2; }
+  done
+  kill -TERM "$spid"
+  wait_rc "$spid"
+  [[ $rc == 0 ]] || { ok=0; echo "server exited $rc" >&2; tail -20 "$dir/server.out" >&2; }
+  return $((1 - ok))
+}
+
+base_acc=""
+baseline() {
+  local d=$out/baseline
+  port=""
+  start_server "$d"
+  start_worker "$d" 0
+  start_worker "$d" 1
+  finish "$d" 0 1 || fail "baseline did not complete"
+  base_acc=$(acc "$d")
+  [[ -n $base_acc ]] || fail "baseline wrote no summary"
+  row "no fault (baseline)" "completed" "0" "test acc $base_acc" "bash tests/faults/faults_test.sh build baseline"
+}
+
+worker_kill() {
+  local d=$out/worker_kill at resumed from lost a
+  port=""
+  start_server "$d"
+  start_worker "$d" 0
+  start_worker "$d" 1
+  wait_step "$d" 1 "$kill_at"
+  kill -9 "${wpid[1]}"
+  at=$(last_step "$d" 1)
+  wait "${wpid[1]}" 2>/dev/null || true
+  start_worker "$d" 1 --resume auto --incarnation 2
+  if finish "$d" 0 1; then
+    # "resumed from .../step-N.ckpt (step N)" or, without a checkpoint of the server's step,
+    # "resumed from .../step-C.ckpt with the server's weights of step N (...)".
+    resumed=$(sed -n 's/.*server.s weights of step \([0-9]*\).*/\1/p; s/.*resumed from .*(step \([0-9]*\)).*/\1/p' "$d/worker-1.out" | head -1)
+    from=$(sed -n 's/.*resumed from .*step-0*\([0-9][0-9]*\)\.ckpt.*/\1/p' "$d/worker-1.out" | head -1)
+    lost=$(( at + 1 - ${resumed:-0} ))
+    a=$(acc "$d")
+    within_point "$a" "$base_acc" || fail "worker_kill: accuracy $a vs baseline $base_acc"
+    row "worker SIGKILLed at step $at, restarted (--resume auto, incarnation 2)" "completed" \
+      "$lost (rejoined at server step $resumed; weights from the server, optimizer state and residuals from its step-$from checkpoint)" \
+      "$(points "$a" "$base_acc") pts (test acc $a)" \
+      "bash tests/faults/faults_test.sh build worker_kill"
+  else
+    fail "worker_kill: job did not complete"
+    row "worker SIGKILLed, restarted" "FAILED" "" "" ""
+  fi
+}
+
+worker_lost() {
+  local d=$out/worker_lost a
+  port=""
+  scenario_sets=(--set server.worker_timeout_s=3)
+  start_server "$d"
+  start_worker "$d" 0
+  start_worker "$d" 1
+  wait_step "$d" 1 "$kill_at"
+  kill -9 "${wpid[1]}"
+  wait "${wpid[1]}" 2>/dev/null || true
+  if finish "$d" 0; then
+    a=$(acc "$d")
+    grep -q "dropped\|silent" "$d/server.out" || fail "worker_lost: the server never dropped worker-1"
+    row "worker SIGKILLed at step $kill_at, never restarted (worker_timeout_s 3)" \
+      "completed by worker-0 alone" "0" "$(points "$a" "$base_acc") pts (test acc $a)" \
+      "bash tests/faults/faults_test.sh build worker_lost"
+  else
+    fail "worker_lost: worker-0 did not complete"
+    row "worker never restarted" "FAILED" "" "" ""
+  fi
+}
+
+server_kill() {
+  local d=$out/server_kill at restored lost a
+  port=""
+  start_server "$d"
+  start_worker "$d" 0
+  start_worker "$d" 1
+  wait_step "$d" 0 "$kill_at"
+  kill -9 "$spid"
+  wait "$spid" 2>/dev/null || true
+  at=$(last_step "$d" 0)
+  restored=$(server_step "$d")
+  sleep 1  # the workers see UNAVAILABLE and back off meanwhile
+  start_server "$d" --resume auto
+  if finish "$d" 0 1; then
+    lost=$(( at + 1 - restored ))
+    (( lost <= every + 1 )) || fail "server_kill: lost $lost steps (> one interval of $every)"
+    grep -q "rejoined at step" "$d/worker-0.out" || fail "server_kill: worker-0 did not rejoin"
+    a=$(acc "$d")
+    within_point "$a" "$base_acc" || fail "server_kill: accuracy $a vs baseline $base_acc"
+    row "server SIGKILLed at step $at, restarted (--resume auto)" "completed" \
+      "$lost (restored step $restored)" "$(points "$a" "$base_acc") pts (test acc $a)" \
+      "bash tests/faults/faults_test.sh build server_kill"
+  else
+    fail "server_kill: job did not complete"
+    row "server SIGKILLed, restarted" "FAILED" "" "" ""
+  fi
+}
+
+# SIGTERM to a worker, then to the server: each exits 0 within 10 s with a final
+# checkpoint; then the job resumes from them and completes.
+sigterm() {
+  scenario_sets=(--set server.worker_timeout_s=5)  # a stopped worker's peer goes on
+  local d=$out/sigterm t0 t1 t2 rc_w rc_s ws ss a
+  port=""
+  start_server "$d"
+  start_worker "$d" 0
+  start_worker "$d" 1
+  wait_step "$d" 1 "$kill_at"
+  t0=$(date +%s.%N)
+  kill -TERM "${wpid[1]}"
+  wait_rc "${wpid[1]}"; rc_w=$rc
+  t1=$(date +%s.%N)
+  kill -TERM "${wpid[0]}"  # worker-0 waits in the barrier for worker-1's step
+  wait "${wpid[0]}" 2>/dev/null || true
+  t2=$(date +%s.%N)
+  kill -TERM "$spid"
+  wait_rc "$spid"; rc_s=$rc
+  local t3
+  t3=$(date +%s.%N)
+  ws=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+  ss=$(awk -v a="$t2" -v b="$t3" 'BEGIN { printf "%.2f", b - a }')
+  [[ $rc_w == 0 ]] || fail "sigterm: worker exited $rc_w"
+  [[ $rc_s == 0 ]] || fail "sigterm: server exited $rc_s"
+  awk -v s="$ws" 'BEGIN { exit !(s < 10) }' || fail "sigterm: worker took $ws s"
+  awk -v s="$ss" 'BEGIN { exit !(s < 10) }' || fail "sigterm: server took $ss s"
+  [[ -e $d/ckpt/worker-1/latest && -e $d/ckpt/server/latest ]] || fail "sigterm: no final checkpoint"
+  local at
+  at=$(server_step "$d")
+  start_server "$d" --resume auto
+  start_worker "$d" 0 --resume auto --incarnation 2
+  start_worker "$d" 1 --resume auto --incarnation 2
+  if finish "$d" 0 1; then
+    a=$(acc "$d")
+    within_point "$a" "$base_acc" || fail "sigterm: accuracy $a vs baseline $base_acc"
+    row "SIGTERM to a worker, then to the server; job resumed" \
+      "exit 0 in $ws s (worker) and $ss s (server); final checkpoints; resumed and completed" \
+      "0 (server checkpoint of step $at)" "$(points "$a" "$base_acc") pts (test acc $a)" \
+      "bash tests/faults/faults_test.sh build sigterm"
+  else
+    fail "sigterm: the resumed job did not complete"
+    row "SIGTERM and resume" "FAILED" "" "" ""
+  fi
+}
+
+# The newest checkpoints are damaged (server: truncated; worker-0: one byte flipped): every
+# process falls back to its previous checkpoint with a warning and the job completes.
+corrupt() {
+  scenario_sets=(--set server.worker_timeout_s=5)  # a stopped worker's peer goes on
+  local d=$out/corrupt newest prev f a
+  port=""
+  start_server "$d"
+  start_worker "$d" 0
+  start_worker "$d" 1
+  wait_step "$d" 1 "$kill_at"
+  kill -TERM "${wpid[0]}" "${wpid[1]}"
+  wait "${wpid[0]}" 2>/dev/null || true
+  wait "${wpid[1]}" 2>/dev/null || true
+  kill -TERM "$spid"
+  wait "$spid" 2>/dev/null || true
+  newest=$(server_step "$d")
+  f=$(ls "$d"/ckpt/server/step-*.ckpt | sort | tail -1)
+  truncate -s $(( $(stat -c %s "$f") / 2 )) "$f"
+  # worker-0's checkpoint of the step the server falls back to gets a flipped byte: worker-0
+  # then goes on from its newest readable one with the server's (shadow) weights.
+  f=$(ls "$d"/ckpt/server/step-*.ckpt | sort | tail -2 | head -1)
+  f=$d/ckpt/worker-0/$(basename "$f")
+  [[ -f $f ]] || fail "corrupt: no worker-0 checkpoint $(basename "$f")"
+  printf '\xff' | dd of="$f" bs=1 seek=$(( $(stat -c %s "$f") / 2 )) conv=notrunc status=none
+  start_server "$d" --resume auto
+  start_worker "$d" 0 --resume auto --incarnation 2
+  start_worker "$d" 1 --resume auto --incarnation 2
+  if finish "$d" 0 1; then
+    prev=$(grep -o "restored .* at step [0-9]*" "$d/server.out" | tail -1 | sed 's/.* //')
+    grep -q "skipping unreadable checkpoint" "$d/server.out" || fail "corrupt: no server warning"
+    grep -q "skipping unreadable checkpoint" "$d/worker-0.out" || fail "corrupt: no worker warning"
+    a=$(acc "$d")
+    within_point "$a" "$base_acc" || fail "corrupt: accuracy $a vs baseline $base_acc"
+    row "server's newest checkpoint truncated; worker-0's of the fallback step has a flipped byte" \
+      "both warned and fell back (server: previous checkpoint; worker-0: its newest readable one + the server's weights); completed" \
+      "$(( newest - ${prev:-0} )) (restored step ${prev:-?} of $newest)" \
+      "$(points "$a" "$base_acc") pts (test acc $a)" "bash tests/faults/faults_test.sh build corrupt"
+  else
+    fail "corrupt: the job did not complete"
+    row "damaged checkpoints" "FAILED" "" "" ""
+  fi
+}
+
+# 10% of the workers' RPC attempts fail: half lose the request, half lose the reply (the
+# retry is then a duplicate the server must answer without applying it twice).
+drop10() {
+  local d=$out/drop10 a retries
+  port=""
+  start_server "$d"
+  GRADPRESS_FAULTS="drop=0.05,drop_reply=0.05,seed=7" start_worker "$d" 0
+  GRADPRESS_FAULTS="drop=0.05,drop_reply=0.05,seed=8" start_worker "$d" 1
+  if finish "$d" 0 1; then
+    a=$(acc "$d")
+    retries=$(grep -o '"retries": [0-9]*' "$d/metrics.jsonl" | awk '{s += $2} END {print s + 0}')
+    (( retries > 0 )) || fail "drop10: no retries counted"
+    within_point "$a" "$base_acc" || fail "drop10: accuracy $a vs baseline $base_acc"
+    row "10% of RPC attempts dropped (GRADPRESS_FAULTS=drop=0.05,drop_reply=0.05)" "completed" \
+      "0 ($retries retries counted in metrics.jsonl)" "$(points "$a" "$base_acc") pts (test acc $a)" \
+      "bash tests/faults/faults_test.sh build drop10"
+  else
+    fail "drop10: the job did not complete"
+    row "10% RPCs dropped" "FAILED" "" "" ""
+  fi
+}
+
+scenarios=("$@")
+[[ ${#scenarios[@]} -gt 0 ]] || scenarios=(worker_kill worker_lost server_kill sigterm corrupt drop10)
+baseline
+for s in "${scenarios[@]}"; do
+  [[ $s == baseline ]] && continue
+  echo "faults_test: scenario $s" >&2
+  scenario_sets=()
+  "$s"
+done
+
+{
+  echo "Fault scenarios: $(basename "$config") (lr 0.02), 30000 Fashion-MNIST images, 2 workers, 4 epochs,"
+  echo "checkpoints every $every server steps."
+  echo
+  echo "| scenario | outcome | steps lost | accuracy vs no fault | command |"
+  echo "|---|---|---|---|---|"
+  printf '%s\n' "${rows[@]}"
+} | tee "$out/faults.md"
+if [[ $failed != 0 ]]; then
+  echo "faults_test: FAILED (logs kept in $out)" >&2
+  exit 1
+fi
+echo "faults_test: ok"
