@@ -8,7 +8,7 @@
 #   bash tests/faults/faults_test.sh build            # all scenarios (about 3 minutes)
 #   bash tests/faults/faults_test.sh build server_kill drop10   # some of them
 #
-# Scenarios: baseline, worker_kill, worker_lost, server_kill, sigterm, corrupt, drop10.
+# Scenarios: baseline, worker_kill, worker_lost, server_kill, sigterm, corrupt, drop10, auth.
 # Fails (exit 1) when a scenario does not hold: the job must complete (every surviving
 # process exits 0), final test accuracy within 1 point of the baseline, SIGTERM exits 0
 # within 10 s with a final checkpoint, lost server steps at most one checkpoint interval,
@@ -325,8 +325,55 @@ drop10() {
   fi
 }
 
+# TLS (mutual) and a bearer token on a real server: workers with no token, a wrong token, or
+# a client certificate from another CA are refused and exit non-zero, naming why; workers with
+# the right ones train.
+auth() {
+  local d=$out/auth certs=$out/auth/certs other=$out/auth/other rc1 rc2 rc3 bad=0
+  mkdir -p "$d"
+  bash "$repo/scripts/make_certs.sh" "$certs" >/dev/null
+  bash "$repo/scripts/make_certs.sh" "$other" >/dev/null
+  local tls=(--set security.tls=true --set security.ca="$certs/ca.pem"
+             --set security.client_cert="$certs/client.pem" --set security.client_key="$certs/client.key")
+  scenario_sets=(--set security.tls=true --set security.cert="$certs/server.pem"
+                 --set security.key="$certs/server.key" --set security.client_ca="$certs/ca.pem"
+                 --set security.token_file="$certs/token")
+  port=""
+  start_server "$d"
+  grep -q "security: TLS (mutual), bearer token required" "$d/server.out" ||
+    fail "auth: the server did not say it requires mutual TLS and a token"
+  scenario_sets=("${tls[@]}")
+  # max_retries is not configurable from YAML; a refused worker fails at once (not UNAVAILABLE)
+  # or after the client's retries (TLS handshake failures look UNAVAILABLE to gRPC).
+  GRADPRESS_TOKEN="" start_worker "$d" 0 --max-steps 5
+  wait_rc "${wpid[0]}"; rc1=$rc
+  mv "$d/worker-0.out" "$d/worker-notoken.out"
+  GRADPRESS_TOKEN=wrong start_worker "$d" 0 --max-steps 5
+  wait_rc "${wpid[0]}"; rc2=$rc
+  mv "$d/worker-0.out" "$d/worker-badtoken.out"
+  scenario_sets=(--set security.tls=true --set security.ca="$certs/ca.pem"
+                 --set security.client_cert="$other/client.pem" --set security.client_key="$other/client.key")
+  GRADPRESS_TOKEN=$(cat "$certs/token") start_worker "$d" 0 --max-steps 5
+  wait_rc "${wpid[0]}"; rc3=$rc
+  mv "$d/worker-0.out" "$d/worker-badca.out"
+  [[ $rc1 != 0 ]] && grep -q "missing bearer token" "$d/worker-notoken.out" || { bad=1; fail "auth: no token was not refused"; }
+  [[ $rc2 != 0 ]] && grep -q "bad bearer token" "$d/worker-badtoken.out" || { bad=1; fail "auth: a wrong token was not refused"; }
+  [[ $rc3 != 0 ]] || { bad=1; fail "auth: a client certificate from another CA was not refused"; }
+  scenario_sets=("${tls[@]}")
+  GRADPRESS_TOKEN=$(cat "$certs/token") start_worker "$d" 0 --max-steps 30
+  GRADPRESS_TOKEN=$(cat "$certs/token") start_worker "$d" 1 --max-steps 30
+  if finish "$d" 0 1 && [[ $bad == 0 ]]; then
+    row "mutual TLS + bearer token: no token / wrong token / client certificate from another CA" \
+      "refused (UNAUTHENTICATED 'missing bearer token' / 'bad bearer token' / TLS handshake failure), exit $rc1 / $rc2 / $rc3; the right ones trained 30 steps" \
+      "-" "-" "bash tests/faults/faults_test.sh build auth"
+  else
+    fail "auth: refusals or the authenticated job failed"
+    row "mutual TLS + bearer token" "FAILED" "" "" ""
+  fi
+}
+
 scenarios=("$@")
-[[ ${#scenarios[@]} -gt 0 ]] || scenarios=(worker_kill worker_lost server_kill sigterm corrupt drop10)
+[[ ${#scenarios[@]} -gt 0 ]] || scenarios=(worker_kill worker_lost server_kill sigterm corrupt drop10 auth)
 baseline
 for s in "${scenarios[@]}"; do
   [[ $s == baseline ]] && continue
