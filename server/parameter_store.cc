@@ -111,7 +111,17 @@ RegisterResult ParameterStore::Register(const WorkerId& w, const std::vector<Ten
     GP_ENFORCE_AS(FailedPrecondition, w.incarnation >= it->second.incarnation, "worker '", w.name,
                   "' registered with incarnation ", w.incarnation, " older than the current ",
                   it->second.incarnation);
-    if (!it->second.live) spdlog::info("worker '{}' rejoins at step {}", w.name, step_);
+    if (it->second.restored) {
+      // The first member back after a restart starts the wait for the others.
+      bool any_back = false;
+      for (const auto& [name, ws] : workers_) any_back = any_back || !ws.restored;
+      if (!any_back) first_register_ = Clock::now();
+      it->second.restored = false;
+      spdlog::info("worker '{}' (rank {}) is back after the server's restart, at step {}", w.name,
+                   it->second.rank, step_);
+    } else if (!it->second.live) {
+      spdlog::info("worker '{}' rejoins at step {}", w.name, step_);
+    }
   }
   it->second.incarnation = w.incarnation;
   it->second.live = true;
@@ -126,6 +136,9 @@ ParameterStore::WorkerState& ParameterStore::CheckWorker(const WorkerId& w) {
   GP_ENFORCE_AS(FailedPrecondition, w.incarnation >= ws.incarnation, "worker '", w.name,
                 "': incarnation ", w.incarnation, " is older than the registered ", ws.incarnation,
                 " (a restarted copy has taken over)");
+  GP_ENFORCE_AS(FailedPrecondition, !ws.restored, "worker '", w.name,
+                "': the server restarted from its checkpoint of step ", step_,
+                "; register again to rejoin");
   GP_ENFORCE_AS(FailedPrecondition, w.incarnation == ws.incarnation, "worker '", w.name,
                 "': incarnation ", w.incarnation,
                 " has not registered (registered: ", ws.incarnation, ")");

@@ -194,14 +194,18 @@ class ParameterStore {
   // Checkpoints (parameter_store_checkpoint.cc). A checkpoint is taken between steps and
   // holds what a restarted server needs to go on exactly: step, weights and their version,
   // the model and config hash, and per key the optimizer's momentum and the pull codec's
-  // state (error-feedback residual, RNG). Workers re-register after a restart.
+  // state (error-feedback residual, RNG), and the members. Workers re-register after a
+  // restart (see RestoreCheckpoint).
   // With checkpoint_dir set, one is written every checkpoint_every completed steps.
   Checkpoint SaveCheckpoint() const;
   // Writes a checkpoint of the current step into checkpoint_dir unless one exists for it
   // (SIGTERM); returns its path ("" without a checkpoint_dir or before the model is known).
   std::string WriteCheckpoint();
   // Restores a checkpoint into a store no worker has registered with yet (FailedPrecondition
-  // otherwise; InvalidArgument naming the file and key if it does not fit itself).
+  // otherwise; InvalidArgument naming the file and key if it does not fit itself). The
+  // members (name, incarnation, rank) come back as restored: each must Register again (its
+  // other calls are refused with "register again"), keeps its rank, is refused with an older
+  // incarnation, and steps wait for all of them (or worker_timeout_s after the first returns).
   void RestoreCheckpoint(const Checkpoint& c);
 
  private:
@@ -218,6 +222,8 @@ class ParameterStore {
     uint64_t incarnation = 0;
     Clock::time_point last_seen;
     bool live = true;
+    bool restored = false;   // known from a restored checkpoint, not registered since: its
+                             // calls are refused ("register again"); steps wait for it
     int64_t last_step = -1;  // sync: last step contributed; async: last push counter applied
   };
   WorkerState& CheckWorker(const WorkerId& w);  // mu_ held

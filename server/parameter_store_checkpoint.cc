@@ -1,8 +1,12 @@
 // ParameterStore, part four: checkpoints of the server's state (shared/DESIGN.md,
 // "Reliability rules"). Sections: "meta" (step, weights version, initialized, config hash,
-// model fingerprint) and per key "weights/<key>", "momentum/<key>" (empty before the first
-// step with momentum), "pull/<key>" (the pull codec's SaveState).
+// model fingerprint), "members" (name, incarnation, rank per registered worker) and per key
+// "weights/<key>", "momentum/<key>" (empty before the first step with momentum), "pull/<key>"
+// (the pull codec's SaveState).
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <map>
 
 #include "common/byte_io.h"
 #include "common/error.h"
@@ -34,6 +38,16 @@ Checkpoint ParameterStore::SaveCheckpointLocked() const {
     for (int64_t d : t.shape) w.PutVarint(static_cast<uint64_t>(d));
   }
   c.Put("meta", std::move(meta));
+  std::string members;
+  ByteWriter m(&members);
+  m.PutVarint(workers_.size());
+  for (const auto& [name, ws] : workers_) {
+    m.PutVarint(name.size());
+    m.PutBytes(name.data(), name.size());
+    m.Put<uint64_t>(ws.incarnation);
+    m.Put<int32_t>(ws.rank);
+  }
+  c.Put("members", std::move(members));
   for (size_t i = 0; i < model_.size(); ++i) {
     const KeyState& k = *keys_[i];
     const std::string& key = model_[i].key;
@@ -76,6 +90,29 @@ void ParameterStore::RestoreCheckpoint(const Checkpoint& c) {
   }
   r.ExpectEnd();
   GP_ENFORCE(step == c.step, context, ": meta says step ", step, ", the header ", c.step);
+  std::map<std::string, WorkerState> members;  // absent in checkpoints before membership
+  int next_rank = 0;
+  if (c.Has("members")) {
+    ByteReader mr(c.Get("members"), context.c_str());
+    const uint64_t n = mr.GetVarint("member count");
+    GP_ENFORCE(n <= mr.remaining(), context, ": ", n, " members in ", mr.remaining(), " bytes");
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t len = mr.GetVarint("member name length");
+      GP_ENFORCE(len <= mr.remaining(), context, ": member name of ", len, " bytes");
+      const std::string name(mr.GetBytes(len, "member name"));
+      WorkerState ws;
+      ws.incarnation = mr.Get<uint64_t>("incarnation");
+      ws.rank = mr.Get<int32_t>("rank");
+      GP_ENFORCE(ws.rank >= 0 && ws.rank < 1 << 20, context, ": member '", name, "' has rank ",
+                 ws.rank);
+      ws.live = false;
+      ws.restored = true;
+      ws.last_seen = Clock::now();
+      next_rank = std::max(next_rank, ws.rank + 1);
+      GP_ENFORCE(members.emplace(name, ws).second, context, ": member '", name, "' twice");
+    }
+    mr.ExpectEnd();
+  }
   // Build the keys, then fill them; nothing is kept if any key does not fit.
   SetModel(model, hash);
   try {
@@ -101,13 +138,16 @@ void ParameterStore::RestoreCheckpoint(const Checkpoint& c) {
     config_hash_.clear();
     throw;
   }
+  workers_ = std::move(members);
+  next_rank_ = next_rank;
+  first_register_ = Clock::now();
   step_ = step;
   weights_version_ = version;
   initialized_ = initialized;
   last_checkpoint_step_ = step;
   stats_.steps = step;
-  spdlog::info("restored {} at step {} ({} keys)", c.path.empty() ? "checkpoint" : c.path, step,
-               model_.size());
+  spdlog::info("restored {} at step {} ({} keys, {} members to register again)",
+               c.path.empty() ? "checkpoint" : c.path, step, model_.size(), workers_.size());
 }
 
 std::string ParameterStore::WriteCheckpoint() {

@@ -53,11 +53,13 @@ PushPullResult ParameterStore::AsyncPush(const WorkerId& w, int64_t step, int64_
 
 void ParameterStore::MaybeFinalize() {
   if (contributors_ == 0 || accum_owned_) return;
-  if (static_cast<int>(workers_.size()) < opt_.workers) {
+  int registered = 0;  // restored members count once they registered again
+  for (const auto& [name, ws] : workers_) registered += !ws.restored;
+  if (registered < opt_.workers) {
     const auto waited = std::chrono::duration<double>(Clock::now() - first_register_).count();
     if (waited < opt_.worker_timeout_s) return;  // the others may still be starting
     spdlog::warn("only {} of {} workers registered after {:.1f} s: step {} goes on without them",
-                 workers_.size(), opt_.workers, waited, step_);
+                 registered, opt_.workers, waited, step_);
   }
   for (const auto& [name, ws] : workers_)
     if (ws.live && !pushed_.count(name)) return;

@@ -235,6 +235,62 @@ TEST_CASE("step 0 waits for every expected worker to register", "[server]") {
   CHECK(out[0].eq(3.f).all().item<bool>());
 }
 
+TEST_CASE("a restored server keeps its members: they register again with their rank",
+          "[server][restart]") {
+  const auto specs = Specs({{100}});
+  Checkpoint ckpt;
+  std::vector<int> ranks(2);
+  {
+    Cluster c(Options(2));
+    Cluster::Parallel(2, [&](int w) {
+      auto o = c.Client(w);
+      o.incarnation = 3;
+      worker::PsClient client(o);
+      ranks[w] = client.Register(specs).rank;
+      auto params = Zeros(specs);
+      client.InitOrPull(&params);
+      auto out = Zeros(specs);
+      for (int64_t step = 0; step < 2; ++step) client.PushPull(step, {torch::ones({100})}, &out);
+    });
+    ckpt = c.runner.store().SaveCheckpoint();
+  }
+  Cluster c(Options(2));
+  c.runner.store().RestoreCheckpoint(ckpt);
+  auto client_options = [&](int w, uint64_t incarnation) {
+    auto o = c.Client(w);
+    o.incarnation = incarnation;
+    return o;
+  };
+  // Before it registers again a member's calls are refused; so are an older incarnation of
+  // it and a newcomer (the membership is full).
+  server::ParameterStore& store = c.runner.store();
+  CHECK_THROWS_WITH(store.Heartbeat({"worker-1", 3}), Catch::Contains("register again"));
+  CHECK_THROWS_WITH(store.Register({"worker-1", 2}, specs, ""), Catch::Contains("older"));
+  CHECK_THROWS_WITH(store.Register({"worker-9", 1}, specs, ""), Catch::Contains("one too many"));
+  worker::PsClient w1(client_options(1, 3));
+  // Ranks are kept; the step waits until both members are back.
+  CHECK(w1.Register(specs).rank == ranks[1]);
+  std::atomic<bool> done{false};
+  worker::StepStats st1;
+  std::thread t([&] {
+    auto out = Zeros(specs);
+    st1 = w1.PushPull(2, {torch::full({100}, 4.f)}, &out);
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK_FALSE(done.load());  // worker-0 has not registered again yet
+  CHECK(c.runner.store().step() == 2);
+  worker::PsClient w0(client_options(0, 3));
+  CHECK(w0.Register(specs).rank == ranks[0]);
+  auto out = Zeros(specs);
+  auto st0 = w0.PushPull(2, {torch::full({100}, 2.f)}, &out);
+  t.join();
+  CHECK(st0.contributors == 2);
+  CHECK(st1.contributors == 2);
+  CHECK(out[0].eq(3.f).all().item<bool>());
+  CHECK(c.runner.store().step() == 3);
+}
+
 TEST_CASE("elect the best worker, who publishes the weights everyone pulls", "[server]") {
   Cluster c(Options(3));
   const auto specs = Specs({{50}});
