@@ -55,8 +55,12 @@ const float* HalfTable() {
 }  // namespace
 
 void Fp16Compressor::EncodeTo(const float* in, int64_t n, const StepContext&, std::string* out) {
-  auto* dst = reinterpret_cast<uint16_t*>(ByteWriter(out).Extend(static_cast<size_t>(n) * 2));
-  for (int64_t i = 0; i < n; ++i) dst[i] = FloatToHalf(in[i]);
+  // Written with memcpy: after a sparsifier's indices the values may be unaligned.
+  char* dst = ByteWriter(out).Extend(static_cast<size_t>(n) * 2);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t h = FloatToHalf(in[i]);
+    std::memcpy(dst + 2 * i, &h, 2);
+  }
 }
 
 void Fp16Compressor::DecodeTo(std::string_view bytes, int64_t n, float* out) const {

@@ -21,7 +21,9 @@ void OneBitCompressor::EncodeTo(const float* in, int64_t n, const StepContext&, 
   ByteWriter w(out);
   w.Put<uint8_t>(two_means_ ? 1 : 0);
   w.Put<uint32_t>(bucket_);
-  auto* scales = reinterpret_cast<float*>(w.Extend(static_cast<size_t>(nb) * per * sizeof(float)));
+  // Written with memcpy: after a header (or a sparsifier's indices) they are unaligned.
+  char* scales = w.Extend(static_cast<size_t>(nb) * per * sizeof(float));
+  auto set_scale = [scales](int64_t j, float v) { std::memcpy(scales + j * sizeof(float), &v, 4); };
   for (int64_t k = 0; k < nb; ++k) {
     const float* v = in + k * bucket_;
     const int64_t len = std::min<int64_t>(bucket_, n - k * bucket_);
@@ -55,10 +57,10 @@ void OneBitCompressor::EncodeTo(const float* in, int64_t n, const StepContext&, 
     GP_ENFORCE(nans == 0 && std::isfinite(pos) && std::isfinite(neg), "onebit: bucket ", k,
                " has a NaN or Inf element");
     if (two_means_) {
-      scales[2 * k] = npos ? static_cast<float>(pos / npos) : 0.f;
-      scales[2 * k + 1] = len - npos ? static_cast<float>(neg / (len - npos)) : 0.f;
+      set_scale(2 * k, npos ? static_cast<float>(pos / npos) : 0.f);
+      set_scale(2 * k + 1, len - npos ? static_cast<float>(neg / (len - npos)) : 0.f);
     } else {
-      scales[k] = len ? static_cast<float>((pos + neg) / len) : 0.f;
+      set_scale(k, len ? static_cast<float>((pos + neg) / len) : 0.f);
     }
   }
   auto* signs = reinterpret_cast<uint8_t*>(w.Extend((static_cast<size_t>(n) + 7) / 8));

@@ -206,7 +206,8 @@ void QsgdCompressor::EncodeTo(const float* in, int64_t n, const StepContext&, st
       }
     }
   }
-  std::memcpy(out->data() + norms_at, norms.data(), norms.size() * sizeof(float));
+  if (!norms.empty())  // norms.data() may be null for an empty tensor
+    std::memcpy(out->data() + norms_at, norms.data(), norms.size() * sizeof(float));
   out->resize(start + bits.Finish());
 }
 

@@ -34,7 +34,7 @@ void Sparsifier::ReadIndices(ByteReader& r, int64_t n, std::vector<int32_t>* ind
   indices->resize(k);
   if (coding == static_cast<uint8_t>(IndexCoding::kInt32)) {
     std::string_view raw = r.GetBytes(k * sizeof(int32_t), "int32 indices");
-    std::memcpy(indices->data(), raw.data(), raw.size());
+    if (k > 0) std::memcpy(indices->data(), raw.data(), raw.size());  // data() null at k = 0
     int64_t prev = -1;
     for (int32_t idx : *indices) {
       GP_ENFORCE(idx > prev && idx < n, r.context(), ": index ", idx,
@@ -80,7 +80,7 @@ void Sparsifier::DecodeTo(std::string_view bytes, int64_t n, float* out) const {
 }
 
 void Scatter(const std::vector<int32_t>& indices, const float* values, int64_t n, float* out) {
-  std::memset(out, 0, static_cast<size_t>(n) * sizeof(float));
+  if (n > 0) std::memset(out, 0, static_cast<size_t>(n) * sizeof(float));  // out may be null at 0
   for (size_t i = 0; i < indices.size(); ++i) out[indices[i]] = values[i];
 }
 

@@ -25,7 +25,7 @@ void TernGradCompressor::EncodeTo(const float* in, int64_t n, const StepContext&
   const size_t start = scales_at + nb * sizeof(float);
   const size_t cap = (2 * static_cast<size_t>(n) + 7) / 8 + 8;
   out->resize(start + cap);
-  auto* scales = reinterpret_cast<float*>(out->data() + scales_at);
+  char* scales = out->data() + scales_at;  // unaligned after a sparsifier's indices: memcpy
   BitWriter bits(out->data() + start, cap);
   for (int64_t k = 0; k < nb; ++k) {
     const float* v = in + k * bucket;
@@ -33,7 +33,7 @@ void TernGradCompressor::EncodeTo(const float* in, int64_t n, const StepContext&
     float m = 0.f;
     for (int64_t i = 0; i < len; ++i) m = std::max(m, std::fabs(v[i]));
     GP_ENFORCE(std::isfinite(m), "terngrad: bucket ", k, " has a NaN or Inf element");
-    scales[k] = m;
+    std::memcpy(scales + k * sizeof(float), &m, sizeof(float));
     const float inv = m > 0.f ? 1.f / m : 0.f;
     for (int64_t i = 0; i < len; ++i) {
       const uint32_t keep = rng_.Uniform() < std::fabs(v[i]) * inv;
