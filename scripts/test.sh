@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
-# The test command: install what is missing, configure (Release), build, run ctest.
+# The test command: install what is missing, configure (Release), build, run ctest; then the
+# sanitizer runs: scripts/fuzz.sh (libFuzzer + ASan/UBSan over parsing, validation and every
+# codec's decode, 60 s, build-fuzz) and scripts/tsan.sh (ThreadSanitizer over the server
+# tests with 8 concurrent clients, build-tsan). Each takes a few minutes on a cold build dir.
 #
-#   scripts/test.sh              # everything
-#   scripts/test.sh --fast       # skip tests tagged [slow] (ctest label "slow")
+#   scripts/test.sh                    # everything
+#   scripts/test.sh --fast             # skip tests tagged [slow] (ctest label "slow") and
+#                                      # the sanitizer runs
+#   scripts/test.sh --no-sanitizers    # every ctest test, no fuzz.sh / tsan.sh
 #   BUILD_DIR=build-asan CMAKE_ARGS=-DGP_SANITIZE=address scripts/test.sh
+# fuzz.sh exits 77 when clang-14 is missing: reported loudly, not a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ctest_args=()
+sanitizers=1
 for arg in "$@"; do
   case "$arg" in
-    --fast) ctest_args+=(-LE slow) ;;
-    *) echo "test.sh: unknown argument '$arg' (expected --fast)" >&2; exit 2 ;;
+    --fast) ctest_args+=(-LE slow); sanitizers=0 ;;
+    --no-sanitizers) sanitizers=0 ;;
+    *) echo "test.sh: unknown argument '$arg' (expected --fast, --no-sanitizers)" >&2; exit 2 ;;
   esac
 done
 
@@ -24,5 +32,15 @@ if command -v ccache >/dev/null 2>&1; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCH
 # shellcheck disable=SC2086
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" ${CMAKE_ARGS:-}
 cmake --build "$BUILD_DIR" -j "${JOBS:-2}"
-cd "$BUILD_DIR"
-ctest --output-on-failure --timeout 1500 "${ctest_args[@]}"
+(cd "$BUILD_DIR" && ctest --output-on-failure --timeout 1500 "${ctest_args[@]}")
+
+if [[ $sanitizers -eq 1 ]]; then
+  rc=0
+  bash scripts/fuzz.sh || rc=$?
+  if [[ $rc -eq 77 ]]; then
+    echo "test.sh: WARNING: fuzz.sh skipped (no clang-14); the fuzz targets did not run" >&2
+  elif [[ $rc -ne 0 ]]; then
+    exit "$rc"
+  fi
+  bash scripts/tsan.sh
+fi
