@@ -101,6 +101,8 @@ struct ServerConfig {
   int stats_every = 100;                 // steps between stats log lines; 0 = never
   int metrics_port = 0;                  // Prometheus text endpoint; 0 = off
   double deadline_s = 120;               // RPC deadline
+  int max_model_mb = 4096;               // largest model (float32 MB) a first Register may
+                                         // declare: the server allocates ~5x this
   bool shadow_weights = true;  // gradient methods: the server keeps the workers' weights too
                                // (the same SGD on the same mean), so a lone restarted
                                // worker can pull them; costs one SGD pass per step

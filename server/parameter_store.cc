@@ -80,10 +80,16 @@ RegisterResult ParameterStore::Register(const WorkerId& w, const std::vector<Ten
   GP_ENFORCE(!model.empty(), "worker '", w.name, "' registered an empty model");
   if (model_.empty()) {
     std::set<std::string> seen;
+    double bytes = 0;  // as float32, which the server holds
     for (const auto& t : model) {
       GP_ENFORCE(seen.insert(t.key).second, "model has key '", t.key, "' twice");
-      NumelOf(t.shape);
+      bytes += 4.0 * static_cast<double>(NumelOf(t.shape));
     }
+    // The server allocates weights, accumulator, staging, result and momentum for it at
+    // once: a model that cannot fit is refused here, not by the allocator (or the OOM killer).
+    GP_ENFORCE(bytes <= static_cast<double>(opt_.max_model_bytes), "worker '", w.name,
+               "' registered a model of ", bytes / (1 << 20), " MB; the server takes at most ",
+               opt_.max_model_bytes >> 20, " MB (server.max_model_mb)");
     SetModel(model, config_hash);
   } else {
     GP_ENFORCE_AS(FailedPrecondition, config_hash == config_hash_, "worker '", w.name,

@@ -66,6 +66,7 @@ struct StoreOptions {
   std::string checkpoint_dir;          // "" = no checkpoints
   int64_t checkpoint_every = 0;        // server steps between checkpoints; 0 = on Stop only
   int checkpoint_keep = 3;             // newest checkpoint files kept
+  int64_t max_model_bytes = int64_t{4096} << 20;  // a larger first Register is refused
   // Sync gradient methods: also step these weights with shadow_sgd on each step's mean (the
   // workers' own update: their optimizer, or lr 1 for method 6's averaged deltas), so that
   // Weights() serves what the workers hold -- a lone restarted worker pulls it.

@@ -172,3 +172,24 @@ TEST_CASE("the standard gRPC health service answers SERVING", "[validation]") {
 
 }  // namespace
 }  // namespace gradpress::testing
+
+namespace gradpress::testing {
+namespace {
+
+TEST_CASE("a model larger than server.max_model_mb is refused before any allocation",
+          "[validation]") {
+  server::StoreOptions o;
+  o.workers = 1;
+  o.max_model_bytes = 1 << 20;
+  server::ParameterStore store(o);
+  CHECK_THROWS_WITH(store.Register({"worker-0", 1}, Specs({{512, 1024}}), ""),
+                    Catch::Contains("2 MB") && Catch::Contains("server.max_model_mb"));
+  // 2^60 floats: refused by the limit, never handed to the allocator.
+  CHECK_THROWS_WITH(store.Register({"worker-0", 1}, Specs({{1 << 30, 1 << 30}}), ""),
+                    Catch::Contains("server.max_model_mb"));
+  CHECK(store.model().empty());
+  CHECK(store.Register({"worker-0", 1}, Specs({{256, 1024}}), "").rank == 0);  // exactly 1 MB
+}
+
+}  // namespace
+}  // namespace gradpress::testing
