@@ -15,17 +15,12 @@
 
 #include "common/config_schema.h"
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace gradpress {
 namespace {
 
 using detail::ConfigField;
-
-std::string Trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
-}
 
 // Override values may be quoted once: name="my run" reaches us as name="my run" from a script.
 std::string Unquote(const std::string& raw) {

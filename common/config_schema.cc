@@ -9,17 +9,12 @@
 #include <limits>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace gradpress::detail {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-std::string Trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
-}
 
 // Shortest text that strtod reads back to exactly `v`, so ToYaml shows 0.05, not 0.05000...,
 // and 120, not 1.2e+02.

@@ -6,15 +6,10 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace gradpress::transport {
 namespace {
-
-std::string Trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
-}
 
 double Fraction(const std::string& value, const std::string& where, const std::string& item,
                 const std::string& key) {

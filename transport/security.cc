@@ -11,15 +11,10 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace gradpress::transport {
 namespace {
-
-std::string Trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
-}
 
 // The whole file named by security.<key>; InvalidArgument naming both if it cannot be read.
 std::string ReadFile(const char* key, const std::string& path) {

@@ -18,6 +18,7 @@
 #include "compressors/registry.h"
 #include "server/server_runner.h"
 #include "tests/catch_torch.h"
+#include "tests/server/cluster.h"
 #include "transport/fault_injection.h"
 #include "worker/ps_client.h"
 
@@ -114,19 +115,8 @@ struct Pki {
   }
 };
 
-inline std::vector<TensorSpec> Specs(const std::vector<std::vector<int64_t>>& shapes) {
-  std::vector<TensorSpec> s;
-  for (size_t i = 0; i < shapes.size(); ++i) s.push_back({"layer" + std::to_string(i), shapes[i]});
-  return s;
-}
-
-inline std::vector<torch::Tensor> Zeros(const std::vector<TensorSpec>& specs) {
-  std::vector<torch::Tensor> t;
-  for (const auto& s : specs) t.push_back(torch::zeros(s.shape));
-  return t;
-}
-
-// An in-process server with the given security and faults.
+// An in-process server with the given security and faults (Specs, Zeros and Cluster::Parallel
+// from tests/server/cluster.h).
 struct SecureCluster {
   explicit SecureCluster(server::StoreOptions opts, const SecurityConfig& security = {},
                          transport::FaultOptions faults = {})
@@ -150,22 +140,7 @@ struct SecureCluster {
   }
 
   // Runs fn(i) on n threads and joins them; rethrows the first failure.
-  static void Parallel(int n, const std::function<void(int)>& fn) {
-    std::vector<std::thread> threads;
-    std::vector<std::exception_ptr> errors(n);
-    for (int i = 0; i < n; ++i) {
-      threads.emplace_back([&, i] {
-        try {
-          fn(i);
-        } catch (...) {
-          errors[i] = std::current_exception();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
-  }
+  static void Parallel(int n, const std::function<void(int)>& fn) { Cluster::Parallel(n, fn); }
 
   server::ServerRunner runner;
   int port = 0;
