@@ -103,12 +103,7 @@ void WriteSeeds(Seeds& seeds) {
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   using namespace gradpress::fuzz;
   Codecs();
-  Quiet();
-  Seeds seeds(argc, argv);
-  if (seeds) {
-    WriteSeeds(seeds);
-    seeds.Done();
-  }
+  Initialize(argc, argv, WriteSeeds);
   return 0;
 }
 

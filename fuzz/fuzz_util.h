@@ -111,6 +111,17 @@ class Seeds {
 // No log lines per input: they would drown the fuzzer's output and slow it down.
 inline void Quiet() { spdlog::set_level(spdlog::level::off); }
 
+// LLVMFuzzerInitialize's shared part: no log lines; with --write-seeds=DIR, write_seeds fills
+// the corpus and the process exits.
+inline void Initialize(int* argc, char*** argv, void (*write_seeds)(Seeds&)) {
+  Quiet();
+  Seeds seeds(argc, argv);
+  if (seeds) {
+    write_seeds(seeds);
+    seeds.Done();
+  }
+}
+
 // Product of dims, or -1 for a negative dim or more than int64 holds (the store's NumelOf
 // lives behind LibTorch's headers, which the fuzz targets keep out).
 inline int64_t Numel(const std::vector<int64_t>& shape) {

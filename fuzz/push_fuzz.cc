@@ -316,13 +316,8 @@ void WriteSeeds(Seeds& seeds) {
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   using namespace gradpress::fuzz;
   gradpress::compressors::RegisterBuiltinCompressors();
-  Quiet();
   google::protobuf::SetLogHandler(nullptr);
-  Seeds seeds(argc, argv);
-  if (seeds) {
-    WriteSeeds(seeds);
-    seeds.Done();
-  }
+  Initialize(argc, argv, WriteSeeds);
   return 0;
 }
 
