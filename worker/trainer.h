@@ -121,7 +121,7 @@ class Trainer {
 
   // Register + InitOrPull; on a fresh start (server step 0) then waits until all `workers`
   // have registered, since the server's barrier counts registered workers only. Run calls it.
-  void Connect();
+  void Connect() { Connect(opt_.resume); }
   // One training step on a batch (images [B, C, H, W], labels [B]); the step index is
   // step() before the call. Requires Connect().
   StepMetrics Step(const torch::Tensor& images, const torch::Tensor& labels);
@@ -163,6 +163,12 @@ class Trainer {
   // True for the errors of a server that no longer knows this worker: it restarted (from a
   // checkpoint or from scratch: NotFound) or dropped it after worker_timeout_s.
   static bool LostByServer(const Error& e);
+  // Gradient methods with server.shadow_weights: the server holds the workers' weights.
+  bool ServerHasShadow() const {
+    return opt_.config.server.shadow_weights && opt_.config.sync.exchange == "gradients";
+  }
+  // Connect; resume: restore the checkpoint of the server's step (see TrainerOptions).
+  void Connect(bool resume);
   // Registers again after LostByServer and goes on from the server's step: this worker's
   // checkpoint of that step (exact), else the server's weights (methods 1-2, or 3-6 with
   // server.shadow_weights). Returns the steps rolled back, or -1 (nothing changed) when

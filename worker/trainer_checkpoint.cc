@@ -142,7 +142,7 @@ void Trainer::Resume(int64_t server_step) {
   }
   std::string have;
   for (const auto& [s, path] : all) have += (have.empty() ? "" : ", ") + std::to_string(s);
-  const bool shadow = opt_.config.server.shadow_weights && opt_.config.sync.exchange == "gradients";
+  const bool shadow = ServerHasShadow();
   if (shadow) {
     // Gradient methods with server.shadow_weights: the server holds the weights every worker
     // holds. Go on from this worker's newest checkpoint (optimizer momentum, residuals, RNG:
@@ -194,20 +194,12 @@ int64_t Trainer::Rejoin(const Error& why) {
   const int64_t before = step_;
   spdlog::warn("worker-{} step {}: the server lost this worker ({}); registering again", opt_.rank,
                step_, why.what());
-  const bool shadow = opt_.config.server.shadow_weights && opt_.config.sync.exchange == "gradients";
+  const bool shadow = ServerHasShadow();
   const bool has_checkpoints =
       !checkpoint_dir_.empty() && !ListCheckpoints(checkpoint_dir_).empty();
   if (!has_checkpoints && !exchange_weights_ && !shadow) return -1;
   connected_ = false;
-  const bool resume = opt_.resume;
-  opt_.resume = has_checkpoints;  // Connect then resumes the checkpoint of the server's step
-  try {
-    Connect();
-  } catch (...) {
-    opt_.resume = resume;
-    throw;
-  }
-  opt_.resume = resume;
+  Connect(/*resume=*/has_checkpoints);  // the checkpoint of the server's step, if any
   if (!has_checkpoints && shadow) {
     // No checkpoint: go on from the server's copy of the workers' weights.
     std::vector<torch::Tensor> weights = Parameters();
