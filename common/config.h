@@ -71,6 +71,11 @@ struct SyncConfig {
   int every = 1;                         // steps between syncs (method 6: 20)
   int max_staleness = 4;                 // async: oldest push accepted, in steps
   std::string model_selection = "best";  // best | average: the per-epoch rule of method 6
+  // The pipelined step (worker/bucket_exchange.h; methods 1-5 in sync mode): gradients go out
+  // in buckets of about bucket_mb MiB, each as soon as backward has produced it (overlap), and
+  // the server completes each bucket on its own. overlap: false = the serial step.
+  bool overlap = true;
+  double bucket_mb = 4;
 };
 
 // Dynamic compression (worker/compression_schedule.h): the push codec moves along `ladder`

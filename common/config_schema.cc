@@ -208,6 +208,8 @@ std::vector<ConfigField> ConfigFields(Config& c) {
       Int("sync.every", &c.sync.every, 1),
       Int("sync.max_staleness", &c.sync.max_staleness, 0),
       OneOf("sync.model_selection", &c.sync.model_selection, {"best", "average"}),
+      Bool("sync.overlap", &c.sync.overlap),
+      Double("sync.bucket_mb", &c.sync.bucket_mb, 0, kInf, /*lo_open=*/true),
       Codec("push", &c.push),
       Codec("pull", &c.pull),
       Int("compress.min_numel", &c.compress.min_numel, 0),

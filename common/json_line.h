@@ -32,6 +32,11 @@ class JsonLine {
     out_ += std::to_string(v);
     return *this;
   }
+  JsonLine& Bool(const std::string& k, bool v) {
+    Key(k);
+    out_ += v ? "true" : "false";
+    return *this;
+  }
   JsonLine& Str(const std::string& k, const std::string& v) {
     Key(k);
     out_ += '"';

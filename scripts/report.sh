@@ -20,6 +20,10 @@
 # the built-in synthetic set is 1x28x28, which VGG11 refuses). report.md says which was used;
 # accuracy on synthetic data says nothing about the real data set, bytes and times do.
 #
+# Baselines (compression rarely beats a well-tuned uncompressed baseline): with method 1 in
+# --methods, the report also runs method 1 with fp16 both ways and sync.overlap on ("m1-fp16"),
+# next to method 1 itself (overlap on by default); --no-baselines skips it.
+#
 # Writes DIR/report.md, DIR/table.txt (scripts/run.sh --table), DIR/runs.txt (the run
 # directories), DIR/time_per_step.png (stacked: compute / compression / network / wait /
 # other), DIR/bytes_per_step.png, DIR/accuracy.png, and scripts/plot.sh's curves in DIR/curves/.
@@ -34,6 +38,7 @@ workers=2
 max_steps=""
 out=""
 from=""
+baselines=1
 sets=()
 fault=()
 while [[ $# -gt 0 ]]; do
@@ -46,8 +51,9 @@ while [[ $# -gt 0 ]]; do
     --delay-ms|--jitter-ms|--reset-prob) fault+=("$1" "$2"); shift 2 ;;
     --set) sets+=(--set "$2"); shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --no-baselines) baselines=0; shift ;;
     --from) from=${2%/}; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "report.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -82,6 +88,20 @@ else
   done
   out=${out:-runs/report/$model-$rate-$(date +%Y%m%d-%H%M%S)}
   mkdir -p "$out"
+  if [[ $baselines -eq 1 && " $methods " == *" 1 "* ]]; then
+    # Method 1 with fp16 both ways and overlap, written next to the report (the command
+    # line's --set's apply to it too, as to every run).
+    python3 - "${prefix}1.yaml" "$out/baseline-m1-fp16.yaml" <<'PY'
+import sys, yaml
+c = yaml.safe_load(open(sys.argv[1]))
+c["name"] = c["name"] + "-fp16"
+c["push"] = {"codec": "fp16"}
+c["pull"] = {"codec": "fp16"}
+c.setdefault("sync", {})["overlap"] = True
+yaml.safe_dump(c, open(sys.argv[2], "w"), sort_keys=False)
+PY
+    cfgs+=("$out/baseline-m1-fp16.yaml")
+  fi
   : >"$out/runs.txt"
   steps_arg=()
   [[ -n "$max_steps" ]] && steps_arg=(--max-steps "$max_steps")
@@ -115,6 +135,7 @@ for d in runs:
     s["label"] = f"m{m.group(1)}" if m else s["name"]
     s["compress_ms"] = s["encode_ms"] + s["decode_ms"]
     s["other_ms"] = max(0.0, s["step_ms"] - s["compute_ms"] - s["compress_ms"] - s["network_ms"] - s["wait_ms"])
+    s.setdefault("exposed_comm_ms", float("nan")); s.setdefault("overlap", None)
     s["link"] = link; s["dir"] = d
     rows.append(s)
 base = next((r for r in rows if r["label"] == "m1"), None)
@@ -136,15 +157,20 @@ if settings:
     L.append("```\n" + settings.strip() + "\n```\n")
 L.append("Times are means per step of one worker, in ms; compression = encode + decode; other = "
          "step minus the named parts. Bytes are payload bytes per worker per step. `vs m1` is the "
-         "time per step over method 1's.\n")
-L.append("| method | test acc | bytes up/step | bytes down/step | ratio up | ratio down | step ms | vs m1 | compute | compression | network | wait | other | total s |")
-L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+         "time per step over method 1's. With overlap (the pipelined step) the buckets' encode, "
+         "network and wait times are summed over buckets that run at once and beside backward, "
+         "so they can exceed the step; `exposed` is what the step waited for communication after "
+         "backward ended.\n")
+L.append("| method | overlap | test acc | bytes up/step | bytes down/step | ratio up | ratio down | step ms | vs m1 | compute | compression | network | wait | other | exposed | total s |")
+L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for r in rows:
     vs = f'{r["step_ms"] / base["step_ms"]:.3f}' if base else "-"
-    L.append(f'| {r["label"]} ({r["name"]}) | {r["test_acc"]:.4f} | {r["bytes_up_per_step"]:,.0f} | '
+    ov = {True: "on", False: "off"}.get(r["overlap"], "-")
+    L.append(f'| {r["label"]} ({r["name"]}) | {ov} | {r["test_acc"]:.4f} | {r["bytes_up_per_step"]:,.0f} | '
              f'{r["bytes_down_per_step"]:,.0f} | {r["ratio_up"]:.1f} | {r["ratio_down"]:.1f} | '
              f'{r["step_ms"]:.1f} | {vs} | {r["compute_ms"]:.1f} | {r["compress_ms"]:.1f} | '
-             f'{r["network_ms"]:.1f} | {r["wait_ms"]:.1f} | {r["other_ms"]:.1f} | {r["wall_s"]:.1f} |')
+             f'{r["network_ms"]:.1f} | {r["wait_ms"]:.1f} | {r["other_ms"]:.1f} | '
+             f'{r["exposed_comm_ms"]:.1f} | {r["wall_s"]:.1f} |')
 L.append("")
 if base:
     fastest = min(rows, key=lambda r: r["step_ms"])

@@ -43,9 +43,9 @@ fi
 [[ "$workers" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --workers takes a positive integer" >&2; exit 2; }
 
 print_table() {
-  printf '\n%-24s %8s %9s %13s %13s %9s %9s %8s %8s %8s %8s %8s %8s %8s %7s\n' run test_acc train_acc \
+  printf '\n%-24s %8s %9s %13s %13s %9s %9s %8s %8s %8s %8s %8s %8s %8s %7s %8s %7s\n' run test_acc train_acc \
     "bytes_up/st" "bytes_dn/st" ratio_up ratio_dn step_ms compute encode network decode wait \
-    MB_total wall_s
+    MB_total wall_s exposed overlap
   for d in "$@"; do
     s=$d/summary.json
     [[ -f "$s" ]] || { echo "run.sh: $s missing" >&2; continue; }
@@ -53,12 +53,15 @@ print_table() {
     last=$(grep '"rank": 0, "epoch"' "$d/metrics.jsonl" | grep train_acc | tail -n 1)
     train_acc=$(echo "$last" | sed -n 's/.*"train_acc": \([0-9.e+-]*\).*/\1/p')
     total=$(echo "$last" | sed -n 's/.*"bytes_total": \([0-9.e+-]*\).*/\1/p')
-    printf '%-24s %8.4f %9.4f %13.0f %13.0f %9.1f %9.1f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.1f %7.1f\n' \
+    exposed=$(field "$s" exposed_comm_ms)
+    overlap=$(field "$s" overlap)
+    printf '%-24s %8.4f %9.4f %13.0f %13.0f %9.1f %9.1f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.1f %7.1f %8.2f %7s\n' \
       "$(field "$s" name)" "$(field "$s" test_acc)" "${train_acc:-0}" "$(field "$s" bytes_up_per_step)" \
       "$(field "$s" bytes_down_per_step)" "$(field "$s" ratio_up)" "$(field "$s" ratio_down)" \
       "$(field "$s" step_ms)" "$(field "$s" compute_ms)" "$(field "$s" encode_ms)" \
       "$(field "$s" network_ms)" "$(field "$s" decode_ms)" "$(field "$s" wait_ms)" \
-      "$(awk -v b="${total:-0}" 'BEGIN {print b / 1e6}')" "$(field "$s" wall_s)"
+      "$(awk -v b="${total:-0}" 'BEGIN {print b / 1e6}')" "$(field "$s" wall_s)" "${exposed:-0}" \
+      "${overlap:--}"
   done
   echo "(times in ms per step; bytes are payload bytes per worker per step; MB_total: one worker's payload MB up + down over the run; plots: scripts/plot.sh $*)"
 }

@@ -148,8 +148,9 @@ grpc::Status ParameterService::Register(grpc::ServerContext* ctx, const proto::R
   try {
     std::vector<TensorSpec> model;
     for (const auto& s : req->model()) model.push_back(transport::FromProto(s));
-    const RegisterResult r =
-        store_->Register(Id(req->worker_id(), req->incarnation()), model, req->config_hash());
+    const std::vector<int> buckets(req->bucket_keys().begin(), req->bucket_keys().end());
+    const RegisterResult r = store_->Register(Id(req->worker_id(), req->incarnation()), model,
+                                              req->config_hash(), buckets);
     reply->set_rank(r.rank);
     reply->set_world_size(r.world_size);
     reply->set_server_step(r.server_step);
@@ -196,9 +197,9 @@ PushPullResult ParameterService::StreamPush(grpc::ServerContext* ctx, RawStream*
   proto::PushHeader h;
   GP_ENFORCE(m.has_header && h.ParseFromString(m.header),
              "push stream must start with a PushHeader");
-  auto session =
-      store_->BeginPush(Id(h.worker_id(), h.incarnation()), h.step(), h.base_step(), Deadline(ctx),
-                        h.has_lr() ? std::optional<double>(h.lr()) : std::nullopt);
+  auto session = store_->BeginPush(
+      Id(h.worker_id(), h.incarnation()), h.step(), h.base_step(), Deadline(ctx),
+      h.has_lr() ? std::optional<double>(h.lr()) : std::nullopt, h.has_bucket() ? h.bucket() : -1);
   ParameterStore::Piece piece;
   while (stream->Read(&buffer)) {
     transport::ParseMessage(&buffer, &m);
@@ -254,7 +255,8 @@ grpc::Status ParameterService::RawPull(grpc::ServerContext* ctx, RawStream* stre
   try {
     proto::PullRequest req;
     ParseRequest(stream, &req);
-    auto r = store_->Pull(Id(req.worker_id(), req.incarnation()), req.step(), Deadline(ctx));
+    auto r = store_->Pull(Id(req.worker_id(), req.incarnation()), req.step(), Deadline(ctx),
+                          req.has_bucket() ? req.bucket() : -1);
     WriteRawResult(stream, r, 0, r->server_ms, store_);
     return grpc::Status::OK;
   } catch (...) {

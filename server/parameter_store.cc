@@ -12,6 +12,7 @@
 #include "common/timer.h"
 #include "compressors/error_feedback.h"
 #include "compressors/registry.h"
+#include "server/parameter_store_lane.h"
 
 namespace gradpress::server {
 
@@ -71,13 +72,63 @@ void ParameterStore::SetModel(const std::vector<TensorSpec>& model,
     k->pull = compressors::MakeCompressor(pull);
     keys_.push_back(std::move(k));
   }
+  SetLanes({});
+}
+
+void ParameterStore::SetLanes(const std::vector<int>& bucket_keys) {
+  std::vector<std::unique_ptr<Lane>> lanes;
+  size_t begin = 0;
+  const std::vector<int> whole{static_cast<int>(keys_.size())};
+  for (int n : bucket_keys.empty() ? whole : bucket_keys) {
+    auto lane = std::make_unique<Lane>();
+    lane->index = static_cast<int>(lanes.size());
+    lane->begin = begin;
+    lane->end = begin += static_cast<size_t>(n);
+    lane->step = step_;
+    // Keep what the workers contributed (duplicates are recognised across a re-split).
+    for (const auto& old : lanes_) {
+      for (const auto& [name, s] : old->last_step)
+        lane->last_step[name] = std::max(lane->LastStep(name), s);
+    }
+    lanes.push_back(std::move(lane));
+  }
+  lanes_ = std::move(lanes);
+  bucket_keys_ = bucket_keys;
+}
+
+int ParameterStore::buckets() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(lanes_.size());
+}
+
+ParameterStore::Lane& ParameterStore::LaneOf(int bucket, const WorkerId& w) {
+  if (bucket < 0) {
+    GP_ENFORCE(lanes_.size() == 1, "worker '", w.name, "': this job pushes by bucket (",
+               lanes_.size(), " buckets registered); the push names none");
+    return *lanes_.front();
+  }
+  GP_ENFORCE(static_cast<size_t>(bucket) < lanes_.size(), "worker '", w.name, "': bucket ", bucket,
+             " outside the ", lanes_.size(), " registered");
+  return *lanes_[bucket];
 }
 
 RegisterResult ParameterStore::Register(const WorkerId& w, const std::vector<TensorSpec>& model,
-                                        const std::string& config_hash) {
+                                        const std::string& config_hash,
+                                        const std::vector<int>& bucket_keys) {
   std::lock_guard<std::mutex> lock(mu_);
   GP_ENFORCE(!w.name.empty(), "worker_id must not be empty");
   GP_ENFORCE(!model.empty(), "worker '", w.name, "' registered an empty model");
+  if (!bucket_keys.empty()) {
+    int64_t total = 0;
+    for (int n : bucket_keys) {
+      GP_ENFORCE(n >= 1, "worker '", w.name, "': a bucket of ", n, " keys");
+      total += n;
+    }
+    GP_ENFORCE(total == static_cast<int64_t>(model.size()), "worker '", w.name, "': buckets hold ",
+               total, " keys, the model has ", model.size());
+    GP_ENFORCE(!opt_.async || bucket_keys.size() == 1, "worker '", w.name,
+               "': async mode applies whole pushes; it takes no buckets");
+  }
   if (model_.empty()) {
     std::set<std::string> seen;
     double bytes = 0;  // as float32, which the server holds
@@ -104,6 +155,20 @@ RegisterResult ParameterStore::Register(const WorkerId& w, const std::vector<Ten
       GP_ENFORCE_AS(FailedPrecondition, a.key == b.key && a.shape == b.shape && a.dtype == b.dtype,
                     "model fingerprint differs at ", ModelDiff(a, b));
     }
+  }
+  // The first worker (after a start or a restore) fixes the split; all others must match.
+  const std::vector<int> split = bucket_keys.size() == 1 ? std::vector<int>{} : bucket_keys;
+  if (!layout_set_) {
+    bool idle = true;
+    for (const auto& lane : lanes_) idle = idle && lane->Idle();
+    GP_ENFORCE_AS(FailedPrecondition, idle || split == bucket_keys_, "worker '", w.name,
+                  "': cannot change the bucket split while a step is open");
+    if (split != bucket_keys_) SetLanes(split);
+    layout_set_ = true;
+  } else {
+    GP_ENFORCE_AS(FailedPrecondition, split == bucket_keys_, "worker '", w.name, "' splits the ",
+                  "model into ", std::max<size_t>(1, split.size()), " buckets, the first worker ",
+                  "into ", std::max<size_t>(1, bucket_keys_.size()), " (sync.bucket_mb differs)");
   }
   auto it = workers_.find(w.name);
   if (it == workers_.end()) {
@@ -286,8 +351,8 @@ int64_t ParameterStore::FirstNonFinite(const float* x, int64_t n) {
   return -1;
 }
 
-std::shared_ptr<const StepResult> ParameterStore::FindResult(int64_t step) const {
-  for (const auto& r : results_)
+std::shared_ptr<const StepResult> ParameterStore::FindResult(const Lane& lane, int64_t step) const {
+  for (const auto& r : lane.results)
     if (r->step == step) return r;
   return nullptr;
 }

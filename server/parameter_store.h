@@ -8,6 +8,14 @@
 //   store.InitWeights({"worker-0", 1}, initial_payloads);          // first worker wins
 //   auto out = store.PushPull({"worker-0", 1}, step, pushes, deadline);  // sync: blocks
 //
+// Buckets (the pipelined step): Register may split the model into buckets of consecutive keys
+// (bucket_keys: keys per bucket, model order; every worker must send the same split). Each
+// bucket completes a step on its own as soon as every live worker has pushed that bucket
+// (per-bucket completion), so a worker can pull bucket i while it still pushes bucket i+1.
+// The server step (step()) is the number of steps every bucket has completed; a push for a
+// later step than that is refused, so buckets never drift more than one step apart, and
+// checkpoints are taken only when all buckets stand at the same step. No split = one bucket
+// holding the whole model (the serial step), which async mode requires.
 // Sync: a step completes when every live worker has pushed it, and not before all `workers`
 // have registered (or worker_timeout_s has passed since the first did); the mean is taken
 // over the pushes received (a worker silent for worker_timeout_s is dropped and the mean
@@ -115,7 +123,9 @@ class ParameterStore {
   ~ParameterStore();
 
   RegisterResult Register(const WorkerId& w, const std::vector<TensorSpec>& model,
-                          const std::string& config_hash);
+                          const std::string& config_hash, const std::vector<int>& bucket_keys = {});
+  // Buckets of the registered split (1 without one).
+  int buckets() const;
   // Returns true if these became the server's weights (the first call wins; a retry of the
   // winning call, same worker and incarnation, is answered true again and changes nothing).
   bool InitWeights(const WorkerId& w, const std::vector<KeyPayload>& weights);
@@ -139,7 +149,8 @@ class ParameterStore {
   // (the workers' schedule; sync uses the last push's); unset = options' sgd.lr.
   PushPullResult PushPull(const WorkerId& w, int64_t step, int64_t base_step,
                           std::vector<KeyPayload> pushes, Clock::time_point deadline,
-                          bool wait = true, std::optional<double> lr = std::nullopt);
+                          bool wait = true, std::optional<double> lr = std::nullopt,
+                          int bucket = -1);
   // The same push streamed in pieces (the service's path, parameter_store_push.cc):
   //   auto s = store.BeginPush(w, step, base_step, deadline);   // worker, step, duplicate
   //   s->Add(piece_header, bytes) ...;  PushPullResult r = s->Commit(wait);
@@ -168,13 +179,15 @@ class ParameterStore {
     explicit PushSession(std::unique_ptr<State> s);
     std::unique_ptr<State> s_;
   };
+  // bucket: which bucket the push carries (-1: the whole model, only without a split); its
+  // result holds that bucket's keys.
   std::unique_ptr<PushSession> BeginPush(const WorkerId& w, int64_t step, int64_t base_step,
                                          Clock::time_point deadline,
-                                         std::optional<double> lr = std::nullopt);
-  // Sync: the result of `step`, waiting for it until `deadline` (step -1: the newest now).
-  // Async: the current weights.
+                                         std::optional<double> lr = std::nullopt, int bucket = -1);
+  // Sync: the result of `step`, waiting for it until `deadline` (step -1: the newest now);
+  // bucket -1: every bucket's keys. Async: the current weights.
   std::shared_ptr<const StepResult> Pull(const WorkerId& w, int64_t step,
-                                         Clock::time_point deadline);
+                                         Clock::time_point deadline, int bucket = -1);
   // Marks the worker alive; returns the server step.
   int64_t Heartbeat(const WorkerId& w);
 
@@ -223,10 +236,15 @@ class ParameterStore {
     uint64_t incarnation = 0;
     Clock::time_point last_seen;
     bool live = true;
-    bool restored = false;   // known from a restored checkpoint, not registered since: its
-                             // calls are refused ("register again"); steps wait for it
-    int64_t last_step = -1;  // sync: last step contributed; async: last push counter applied
+    bool restored = false;    // known from a restored checkpoint, not registered since: its
+                              // calls are refused ("register again"); steps wait for it
+    int64_t async_step = -1;  // async: last push counter applied
   };
+  // Where a streamed push lands: one vector per key of its bucket.
+  using Buffer = std::vector<std::vector<float>>;
+  // One bucket's step aggregation (parameter_store_lane.h): keys [begin, end), its open
+  // step's pushes, staging buffers and the newest result.
+  struct Lane;
   WorkerState& CheckWorker(const WorkerId& w);  // mu_ held
   void Reject(const std::string& reason);       // counts; mu_ not held
   // Validates every push (structure, decode, finite) and returns them in model order.
@@ -240,23 +258,29 @@ class ParameterStore {
   };
   static constexpr int64_t kBlock = 1 << 20;
   std::vector<Item> Items(const std::vector<const compressors::Payload*>& ordered) const;
-  void Accumulate(const std::vector<const compressors::Payload*>& ordered);
   void SetModel(const std::vector<TensorSpec>& model, const std::string& config_hash);  // mu_
-  void MaybeFinalize();                                                                 // mu_ held
-  void MaybeCheckpoint();  // mu_ held: every checkpoint_every steps
+  // Replaces the lanes by one per bucket (empty: one for the whole model); mu_ held, lanes idle.
+  void SetLanes(const std::vector<int>& bucket_keys);
+  Lane& LaneOf(int bucket, const WorkerId& w);  // mu_ held; InvalidArgument if out of range
+  void MaybeFinalize(Lane& lane);               // mu_ held
+  void MaybeFinalizeAll();                      // mu_ held
+  bool LanesEven() const;                       // mu_ held: every lane at step_
+  void MaybeCheckpoint();                       // mu_ held: every checkpoint_every steps
   Checkpoint SaveCheckpointLocked() const;
   std::string WriteCheckpointLocked();
   int64_t last_checkpoint_step_ = -1;
   void MaybeElect();  // mu_ held: completes the elections every live worker voted in
-  // A fresh result of the weights or the accumulator (mean), lossless or with the pull codec.
-  std::shared_ptr<StepResult> Encode(int64_t step, bool weights, bool lossless);  // mu_ held
+  // A fresh result of keys [begin, end) of the weights, or of the accumulator times `scale`
+  // (the mean), lossless or with the pull codec; `spare` (may be null) recycles buffers.
+  std::shared_ptr<StepResult> Encode(int64_t step, bool weights, bool lossless, size_t begin,
+                                     size_t end, float scale,
+                                     std::vector<std::string>* spare);  // mu_ held
   // Async: the current weights with the pull codec, encoded once per server step.
   std::shared_ptr<const StepResult> AsyncWeights();  // mu_ held
-  // Where a streamed push lands (sync: the accumulator for the step's first push, else a
-  // staging buffer; async: a staging buffer). Staging buffers are allocated once and reused,
-  // at most kMaxStaging, so memory does not grow with the number of workers; a push that
-  // finds none free waits for one (until its deadline).
-  using Buffer = std::vector<std::vector<float>>;  // one vector per key
+  // Where a streamed push lands (sync: the accumulator for the lane's first push of a step,
+  // else a staging buffer; async: a staging buffer). Staging buffers are allocated once per
+  // lane and reused, at most kMaxStaging, so memory does not grow with the number of workers;
+  // a push that finds none free waits for one (until its deadline).
   static constexpr int kMaxStaging = 1;
   void AcquireTarget(PushSession::State& s, std::unique_lock<std::mutex>& lock);  // mu_ held
   void ReleaseTarget(PushSession::State& s);                                      // mu_ held
@@ -266,17 +290,14 @@ class ParameterStore {
                            const std::vector<float*>& grads, uint64_t bytes,
                            std::optional<double> lr);
   static int64_t FirstNonFinite(const float* x, int64_t n);  // index, or -1
-  // (key, begin, end) element ranges of kBlock: the unit of parallel work on big keys.
-  std::vector<std::tuple<size_t, int64_t, int64_t>> Blocks() const;
+  // (key, begin, end) element ranges of kBlock over keys [first, last): the unit of parallel
+  // work on big keys.
+  std::vector<std::tuple<size_t, int64_t, int64_t>> Blocks(size_t first, size_t last) const;
   static bool PlainNone(const compressors::Compressor& c);  // "none" without decorators
-  float accum_scale_ = 1.f;               // Encode scales "none" copies of the accumulator by this
-  std::vector<std::string> spare_bytes_;  // a dropped result's buffers, for the next Encode
-  bool accum_owned_ = false;              // a push is streaming straight into the accumulator
-  int accum_holders_ = 0;  // pushes in the accumulator (committed, being added or owning it)
-  std::vector<std::unique_ptr<Buffer>> staging_free_;
-  int staging_count_ = 0;  // staging buffers allocated
   const compressors::Compressor& Decoder(const std::string& codec);
-  std::shared_ptr<const StepResult> FindResult(int64_t step) const;  // mu_ held
+  std::shared_ptr<const StepResult> FindResult(const Lane& lane, int64_t step) const;  // mu_
+  // Every lane's result of `step` as one (Pull without a bucket); null if one is missing.
+  std::shared_ptr<const StepResult> JoinedResult(int64_t step) const;  // mu_ held
 
   const StoreOptions opt_;
   ThreadPool pool_;
@@ -291,17 +312,14 @@ class ParameterStore {
   WorkerId initialized_by_;  // whose InitWeights won
   std::map<std::string, WorkerState> workers_;
   int next_rank_ = 0;
-  Clock::time_point first_register_;    // until all expected workers registered (or the
-                                        // worker timeout passed), steps do not complete
-  int64_t step_ = 0;                    // completed steps (sync: index of the open step)
-  std::set<std::string> pushed_;        // contributed to the open step
-  std::set<std::string> in_flight_;     // validating / accumulating right now
-  std::map<std::string, int> in_call_;  // calls inside PushPull (incl. the barrier wait)
-  int contributors_ = 0;
-  double open_step_apply_ms_ = 0;
-  std::optional<double> open_step_lr_;                     // lr the open step's pushes asked for
-  std::deque<std::shared_ptr<const StepResult>> results_;  // newest last, a few kept
-  std::shared_ptr<const StepResult> weights_result_;       // async cache, by step_
+  Clock::time_point first_register_;          // until all expected workers registered (or the
+                                              // worker timeout passed), steps do not complete
+  int64_t step_ = 0;                          // steps every lane completed (sync: the open step)
+  std::vector<std::unique_ptr<Lane>> lanes_;  // one per bucket, model order
+  std::vector<int> bucket_keys_;              // the registered split (empty: none)
+  bool layout_set_ = false;                   // a Register fixed the split (reset by a restore)
+  std::map<std::string, int> in_call_;        // calls inside PushPull (incl. the barrier wait)
+  std::shared_ptr<const StepResult> weights_result_;  // async cache, by step_
   struct Election {
     std::map<std::string, double> scores;  // by worker name
     int best_rank = -1;                    // set once every live worker voted

@@ -11,6 +11,7 @@
 #include "common/byte_io.h"
 #include "common/error.h"
 #include "server/parameter_store.h"
+#include "server/parameter_store_lane.h"
 
 namespace gradpress::server {
 
@@ -135,6 +136,7 @@ void ParameterStore::RestoreCheckpoint(const Checkpoint& c) {
     model_.clear();
     key_index_.clear();
     keys_.clear();
+    lanes_.clear();
     config_hash_.clear();
     throw;
   }
@@ -142,6 +144,8 @@ void ParameterStore::RestoreCheckpoint(const Checkpoint& c) {
   next_rank_ = next_rank;
   first_register_ = Clock::now();
   step_ = step;
+  for (auto& lane : lanes_) lane->step = step;
+  layout_set_ = false;  // the first worker back brings its bucket split
   weights_version_ = version;
   initialized_ = initialized;
   last_checkpoint_step_ = step;
@@ -157,6 +161,13 @@ std::string ParameterStore::WriteCheckpoint() {
 
 std::string ParameterStore::WriteCheckpointLocked() {
   if (opt_.checkpoint_dir.empty() || model_.empty() || last_checkpoint_step_ == step_) return "";
+  if (!LanesEven()) {  // some buckets of the open step are done: the weights are mid-step
+    spdlog::warn(
+        "no checkpoint of step {}: part of the next step is applied; the newest "
+        "checkpoint stays the previous one",
+        step_);
+    return "";
+  }
   const std::string path =
       gradpress::SaveCheckpoint(opt_.checkpoint_dir, SaveCheckpointLocked(), opt_.checkpoint_keep);
   last_checkpoint_step_ = step_;

@@ -9,24 +9,26 @@
 #include "common/tensor_bytes.h"
 #include "common/timer.h"
 #include "server/parameter_store.h"
+#include "server/parameter_store_lane.h"
 
 namespace gradpress::server {
 
 struct ParameterStore::PushSession::State {
   ParameterStore* store = nullptr;
+  Lane* lane = nullptr;  // the bucket this push carries
   WorkerId w;
   int64_t step = 0, base_step = 0;
   Clock::time_point deadline;
   std::optional<double> lr;  // exchange=weights: the SGD step's learning rate
   bool in_call = false;      // counted in in_call_ (a worker inside a call is alive)
-  bool in_flight = false;    // in in_flight_
+  bool in_flight = false;    // in lane->in_flight
   bool duplicate = false;    // acknowledged, its pieces ignored
   bool has_early = false;    // async duplicate: `early` is the answer
   PushPullResult early;
   bool committed = false;
   bool owner = false;               // writes straight into the accumulator
   std::unique_ptr<Buffer> staging;  // or into this
-  std::vector<float*> dst;          // per key: where its floats go
+  std::vector<float*> dst;          // per key of the lane: where its floats go
   struct KeyIn {
     bool started = false, raw = false;  // raw: "none", copied into dst as it arrives
     std::string codec;
@@ -34,8 +36,8 @@ struct ParameterStore::PushSession::State {
     uint64_t total = 0, got = 0;
     std::string bytes;  // other codecs: collected, decoded at Commit
   };
-  std::vector<KeyIn> keys;
-  size_t last = 0;  // key of the previous piece
+  std::vector<KeyIn> keys;  // the lane's keys
+  size_t last = 0;          // key of the previous piece (model index)
   uint64_t bytes = 0;
   double apply_ms = 0;
 };
@@ -46,7 +48,7 @@ ParameterStore::PushSession::~PushSession() {
   State& st = *s_;
   ParameterStore& store = *st.store;
   std::lock_guard<std::mutex> lock(store.mu_);
-  if (st.in_flight) store.in_flight_.erase(st.w.name);
+  if (st.in_flight) st.lane->in_flight.erase(st.w.name);
   store.ReleaseTarget(st);
   if (st.in_call) {
     if (--store.in_call_[st.w.name] == 0) store.in_call_.erase(st.w.name);
@@ -55,11 +57,9 @@ ParameterStore::PushSession::~PushSession() {
   }
 }
 
-std::unique_ptr<ParameterStore::PushSession> ParameterStore::BeginPush(const WorkerId& w,
-                                                                       int64_t step,
-                                                                       int64_t base_step,
-                                                                       Clock::time_point deadline,
-                                                                       std::optional<double> lr) {
+std::unique_ptr<ParameterStore::PushSession> ParameterStore::BeginPush(
+    const WorkerId& w, int64_t step, int64_t base_step, Clock::time_point deadline,
+    std::optional<double> lr, int bucket) {
   GP_ENFORCE(!lr || (std::isfinite(*lr) && *lr >= 0), "worker '", w.name, "': learning rate ",
              lr.value_or(0), " is not a finite number >= 0");
   auto state = std::make_unique<PushSession::State>();
@@ -78,8 +78,10 @@ std::unique_ptr<ParameterStore::PushSession> ParameterStore::BeginPush(const Wor
   try {
     WorkerState& ws = CheckWorker(w);
     GP_ENFORCE_AS(FailedPrecondition, initialized_, "the server has no initial weights yet");
+    Lane& lane = LaneOf(bucket, w);
+    st.lane = &lane;
     if (opt_.async) {
-      if (step <= ws.last_step) {
+      if (step <= ws.async_step) {
         ++stats_.duplicates;
         st.duplicate = st.has_early = true;
         st.early = {AsyncWeights(), 0, 0, /*duplicate=*/true};
@@ -88,17 +90,20 @@ std::unique_ptr<ParameterStore::PushSession> ParameterStore::BeginPush(const Wor
       GP_ENFORCE_AS(FailedPrecondition, step_ - base_step <= opt_.max_staleness, "worker '", w.name,
                     "': push computed on step ", base_step, " is ", step_ - base_step,
                     " steps stale (max_staleness ", opt_.max_staleness, ")");
-    } else if (step < step_ || pushed_.count(w.name) || in_flight_.count(w.name)) {
+    } else if (step < lane.step || lane.pushed.count(w.name) || lane.in_flight.count(w.name)) {
       // Duplicate of a push already applied (or being applied): acknowledged at Commit,
-      // which waits for the step's result; never applied twice.
-      GP_ENFORCE_AS(FailedPrecondition, step <= ws.last_step || in_flight_.count(w.name),
+      // which waits for the step's result; never applied twice. A worker that rejoined while
+      // the others completed this bucket of the open step gets the bucket's result too.
+      const bool late = step == step_ && step < lane.step;
+      GP_ENFORCE_AS(FailedPrecondition,
+                    late || step <= lane.LastStep(w.name) || lane.in_flight.count(w.name),
                     "worker '", w.name, "': push for step ", step,
                     " arrived after the step completed (server step ", step_, ")");
       st.duplicate = true;
       return session;
     } else {
-      GP_ENFORCE_AS(FailedPrecondition, step == step_, "worker '", w.name, "': push for step ",
-                    step, " is ahead of the server's open step ", step_);
+      GP_ENFORCE_AS(FailedPrecondition, step == lane.step && step == step_, "worker '", w.name,
+                    "': push for step ", step, " is ahead of the server's open step ", step_);
     }
   } catch (const FailedPrecondition&) {
     ++stats_.rejected["stale_or_out_of_order"];
@@ -107,46 +112,48 @@ std::unique_ptr<ParameterStore::PushSession> ParameterStore::BeginPush(const Wor
     ++stats_.rejected["unknown_worker"];
     throw;
   }
-  in_flight_.insert(w.name);
+  st.lane->in_flight.insert(w.name);
   st.in_flight = true;
-  st.keys.resize(keys_.size());
+  st.keys.resize(st.lane->keys());
   AcquireTarget(st, lock);
   return session;
 }
 
 void ParameterStore::AcquireTarget(PushSession::State& st, std::unique_lock<std::mutex>& lock) {
+  Lane& lane = *st.lane;
   for (;;) {
-    if (!opt_.async && !accum_owned_ && accum_holders_ == 0) {  // the step's first push
-      accum_owned_ = true;
-      accum_holders_ = 1;
+    if (!opt_.async && !lane.accum_owned && lane.accum_holders == 0) {  // the step's first push
+      lane.accum_owned = true;
+      lane.accum_holders = 1;
       st.owner = true;
-      for (auto& k : keys_) st.dst.push_back(k->accum.data());
+      for (size_t i = lane.begin; i < lane.end; ++i) st.dst.push_back(keys_[i]->accum.data());
       return;
     }
-    if (!staging_free_.empty() || staging_count_ < kMaxStaging) break;
+    if (!lane.staging_free.empty() || lane.staging_count < kMaxStaging) break;
     step_cv_.wait_until(lock, st.deadline);
     GP_ENFORCE_AS(Unavailable, !shutdown_, "server is shutting down");
     GP_ENFORCE_AS(Unavailable, Clock::now() < st.deadline,
                   "no staging buffer came free before the deadline (server busy); retry");
   }
-  if (staging_free_.empty()) {
-    auto b = std::make_unique<Buffer>(keys_.size());
-    for (size_t i = 0; i < keys_.size(); ++i) (*b)[i].assign(keys_[i]->numel, 0.f);
-    ++staging_count_;
-    staging_free_.push_back(std::move(b));
+  if (lane.staging_free.empty()) {
+    auto b = std::make_unique<Buffer>(lane.keys());
+    for (size_t i = lane.begin; i < lane.end; ++i)
+      (*b)[i - lane.begin].assign(keys_[i]->numel, 0.f);
+    ++lane.staging_count;
+    lane.staging_free.push_back(std::move(b));
   }
-  st.staging = std::move(staging_free_.back());
-  staging_free_.pop_back();
+  st.staging = std::move(lane.staging_free.back());
+  lane.staging_free.pop_back();
   for (auto& v : *st.staging) st.dst.push_back(v.data());
 }
 
 void ParameterStore::ReleaseTarget(PushSession::State& st) {
-  if (st.owner) {  // committed: its floats stay, counted in accum_holders_; else gone
-    accum_owned_ = false;
-    if (!st.committed) --accum_holders_;
+  if (st.owner) {  // committed: its floats stay, counted in accum_holders; else gone
+    st.lane->accum_owned = false;
+    if (!st.committed) --st.lane->accum_holders;
     st.owner = false;
   }
-  if (st.staging) staging_free_.push_back(std::move(st.staging));
+  if (st.staging) st.lane->staging_free.push_back(std::move(st.staging));
   st.dst.clear();
   step_cv_.notify_all();
 }
@@ -165,7 +172,13 @@ void ParameterStore::PushSession::Add(const Piece& piece, std::string_view bytes
     }
     i = st.last = it->second;
   }
-  State::KeyIn& k = st.keys[i];
+  if (i < st.lane->begin || i >= st.lane->end) {
+    S.Reject("bad_key_or_shape");
+    throw InvalidArgument("key '" + std::string(piece.key) + "' is not in bucket " +
+                          std::to_string(st.lane->index));
+  }
+  const size_t j = i - st.lane->begin;  // the key within the lane
+  State::KeyIn& k = st.keys[j];
   const std::string& key = S.model_[i].key;
   const int64_t numel = S.keys_[i]->numel;
   auto bad = [&](const char* reason, const std::string& what) {
@@ -215,14 +228,14 @@ void ParameterStore::PushSession::Add(const Piece& piece, std::string_view bytes
   if (k.raw) {
     // Copied in blocks, each checked while still in cache. A float may straddle pieces:
     // floats are checked once all their bytes are in.
-    char* out = reinterpret_cast<char*>(st.dst[i]);
+    char* out = reinterpret_cast<char*>(st.dst[j]);
     int64_t checked = static_cast<int64_t>(k.got / sizeof(float));
     for (size_t done = 0; done < bytes.size();) {
       const size_t n = std::min<size_t>(bytes.size() - done, 64 << 10);
       std::memcpy(out + k.got + done, bytes.data() + done, n);
       done += n;
       const int64_t upto = static_cast<int64_t>((k.got + done) / sizeof(float));
-      const int64_t at = FirstNonFinite(st.dst[i] + checked, upto - checked);
+      const int64_t at = FirstNonFinite(st.dst[j] + checked, upto - checked);
       if (at >= 0) {
         bad("non_finite",
             "decoded gradient has NaN or Inf at element " + std::to_string(checked + at));
@@ -246,36 +259,39 @@ PushPullResult ParameterStore::PushSession::Commit(bool wait) {
     ++S.stats_.duplicates;
     if (!wait) return {nullptr, 0, 0, /*duplicate=*/true};  // Push: the ack is all it needs
     Timer waited;
-    S.step_cv_.wait_until(lock, st.deadline, [&] { return S.shutdown_ || S.step_ > st.step; });
+    const Lane& lane = *st.lane;
+    S.step_cv_.wait_until(lock, st.deadline, [&] { return S.shutdown_ || lane.step > st.step; });
     GP_ENFORCE_AS(Unavailable, !S.shutdown_, "server is shutting down");
-    GP_ENFORCE_AS(Unavailable, S.step_ > st.step, "timed out waiting for step ", st.step,
+    GP_ENFORCE_AS(Unavailable, lane.step > st.step, "timed out waiting for step ", st.step,
                   " to complete; retry");
-    auto r = S.FindResult(st.step);
+    auto r = S.FindResult(lane, st.step);
     GP_ENFORCE_AS(FailedPrecondition, r != nullptr, "result of step ", st.step,
                   " is no longer kept (server step ", S.step_, ")");
     return {r, waited.ElapsedMs(), 0, /*duplicate=*/true};
   }
   Timer t;
-  std::vector<size_t> coded;  // keys to decode
-  for (size_t i = 0; i < st.keys.size(); ++i) {
-    const State::KeyIn& k = st.keys[i];
+  const size_t first = st.lane->begin;
+  std::vector<size_t> coded;  // keys to decode, within the lane
+  for (size_t j = 0; j < st.keys.size(); ++j) {
+    const State::KeyIn& k = st.keys[j];
+    const std::string& key = S.model_[first + j].key;
     if (!k.started) {
       S.Reject("bad_key_or_shape");
-      throw InvalidArgument("push is missing key '" + S.model_[i].key + "'");
+      throw InvalidArgument("push is missing key '" + key + "'");
     }
     if (k.got != k.total) {
       S.Reject("undecodable");
-      throw InvalidArgument("key '" + S.model_[i].key + "': got " + std::to_string(k.got) + " of " +
+      throw InvalidArgument("key '" + key + "': got " + std::to_string(k.got) + " of " +
                             std::to_string(k.total) + " payload bytes");
     }
-    if (!k.raw) coded.push_back(i);
+    if (!k.raw) coded.push_back(j);
   }
   std::vector<std::string> errors(coded.size());
   std::vector<char> non_finite(coded.size(), 0);
   S.pool_.ParallelFor(static_cast<int64_t>(coded.size()), [&](int64_t j) {
     const size_t i = coded[j];
-    const std::string& key = S.model_[i].key;
-    const int64_t numel = S.keys_[i]->numel;
+    const std::string& key = S.model_[first + i].key;
+    const int64_t numel = S.keys_[first + i]->numel;
     try {
       S.Decoder(st.keys[i].codec).DecodeTo(st.keys[i].bytes, numel, st.dst[i]);
     } catch (const Error& e) {
@@ -297,7 +313,7 @@ PushPullResult ParameterStore::PushSession::Commit(bool wait) {
   for (size_t i : coded) std::string().swap(st.keys[i].bytes);
   st.apply_ms += t.ElapsedMs();
   if (S.opt_.async) {
-    st.in_flight = false;  // AsyncPush takes it out of in_flight_
+    st.in_flight = false;  // AsyncPush takes it out of the lane's in_flight
     PushPullResult r = S.AsyncPush(st.w, st.step, st.base_step, st.dst, st.bytes, st.lr);
     r.apply_ms = st.apply_ms;
     return r;
@@ -307,28 +323,30 @@ PushPullResult ParameterStore::PushSession::Commit(bool wait) {
 
 PushPullResult ParameterStore::CommitSync(PushSession::State& st, bool wait) {
   std::unique_lock<std::mutex> lock(mu_);
+  Lane& lane = *st.lane;
   if (!st.owner) {
     // The step's first push may still be streaming into the accumulator: land after it.
-    step_cv_.wait_until(lock, st.deadline, [&] { return shutdown_ || !accum_owned_; });
+    step_cv_.wait_until(lock, st.deadline, [&] { return shutdown_ || !lane.accum_owned; });
     GP_ENFORCE_AS(Unavailable, !shutdown_, "server is shutting down");
-    GP_ENFORCE_AS(Unavailable, !accum_owned_,
+    GP_ENFORCE_AS(Unavailable, !lane.accum_owned,
                   "timed out waiting for another push to land in the step; retry");
     Timer t;
-    if (accum_holders_ == 0) {  // nothing in the accumulator: the staging buffer becomes it
-      for (size_t i = 0; i < keys_.size(); ++i) keys_[i]->accum.swap((*st.staging)[i]);
-      accum_holders_ = 1;
+    if (lane.accum_holders == 0) {  // nothing in the accumulator: the staging buffer becomes it
+      for (size_t i = lane.begin; i < lane.end; ++i)
+        keys_[i]->accum.swap((*st.staging)[i - lane.begin]);
+      lane.accum_holders = 1;
     } else {  // added outside mu_; the step cannot complete before this push is counted
-      ++accum_holders_;
+      ++lane.accum_holders;
       lock.unlock();
       std::vector<std::pair<size_t, int64_t>> blocks;
-      for (size_t i = 0; i < keys_.size(); ++i)
+      for (size_t i = lane.begin; i < lane.end; ++i)
         for (int64_t b = 0; b < keys_[i]->numel; b += kBlock) blocks.push_back({i, b});
       pool_.ParallelFor(static_cast<int64_t>(blocks.size()), [&](int64_t j) {
         const auto [i, b] = blocks[j];
         KeyState& k = *keys_[i];
         std::lock_guard<std::mutex> block_lock(k.block_mu[b / kBlock]);
         float* acc = k.accum.data();
-        const float* s = st.dst[i];
+        const float* s = st.dst[i - lane.begin];
         for (int64_t e = b, end = std::min(k.numel, b + kBlock); e < end; ++e) acc[e] += s[e];
       });
       lock.lock();
@@ -336,30 +354,30 @@ PushPullResult ParameterStore::CommitSync(PushSession::State& st, bool wait) {
     st.apply_ms += t.ElapsedMs();
   }
   st.committed = true;
-  in_flight_.erase(st.w.name);
+  lane.in_flight.erase(st.w.name);
   st.in_flight = false;
   ReleaseTarget(st);
-  pushed_.insert(st.w.name);
-  ++contributors_;
+  lane.pushed.insert(st.w.name);
+  ++lane.contributors;
   stats_.bytes_in += st.bytes;
-  open_step_apply_ms_ += st.apply_ms;
-  if (st.lr) open_step_lr_ = st.lr;
-  workers_.at(st.w.name).last_step = st.step;
+  lane.apply_ms += st.apply_ms;
+  if (st.lr) lane.lr = st.lr;
+  lane.last_step[st.w.name] = st.step;
   const int64_t step = st.step;
-  MaybeFinalize();
+  MaybeFinalize(lane);
   if (!wait) return {nullptr, 0, st.apply_ms, false};
   Timer waited;
-  step_cv_.wait_until(lock, st.deadline, [&] { return shutdown_ || step_ > step; });
+  step_cv_.wait_until(lock, st.deadline, [&] { return shutdown_ || lane.step > step; });
   GP_ENFORCE_AS(Unavailable, !shutdown_, "server is shutting down");
-  GP_ENFORCE_AS(Unavailable, step_ > step, "timed out waiting for the other workers at step ", step,
-                "; the push is kept: retry to wait again");
-  return {FindResult(step), waited.ElapsedMs(), st.apply_ms, false};
+  GP_ENFORCE_AS(Unavailable, lane.step > step, "timed out waiting for the other workers at step ",
+                step, "; the push is kept: retry to wait again");
+  return {FindResult(lane, step), waited.ElapsedMs(), st.apply_ms, false};
 }
 
 PushPullResult ParameterStore::PushPull(const WorkerId& w, int64_t step, int64_t base_step,
                                         std::vector<KeyPayload> pushes, Clock::time_point deadline,
-                                        bool wait, std::optional<double> lr) {
-  auto session = BeginPush(w, step, base_step, deadline, lr);
+                                        bool wait, std::optional<double> lr, int bucket) {
+  auto session = BeginPush(w, step, base_step, deadline, lr, bucket);
   for (const auto& kp : pushes) {
     Piece piece{kp.key,
                 kp.payload.codec,

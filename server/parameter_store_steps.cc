@@ -12,6 +12,7 @@
 #include "common/timer.h"
 #include "compressors/none.h"
 #include "server/parameter_store.h"
+#include "server/parameter_store_lane.h"
 
 namespace gradpress::server {
 
@@ -21,9 +22,9 @@ PushPullResult ParameterStore::AsyncPush(const WorkerId& w, int64_t step, int64_
                                          const std::vector<float*>& grads, uint64_t bytes,
                                          std::optional<double> lr) {
   std::lock_guard<std::mutex> lock(mu_);
-  in_flight_.erase(w.name);
+  lanes_.front()->in_flight.erase(w.name);  // async: one lane
   WorkerState& ws = workers_.at(w.name);
-  if (step <= ws.last_step) {
+  if (step <= ws.async_step) {
     ++stats_.duplicates;
     return {AsyncWeights(), 0, 0, true};
   }
@@ -43,33 +44,36 @@ PushPullResult ParameterStore::AsyncPush(const WorkerId& w, int64_t step, int64_
     SgdStep(sgd, k.weights.data(), grads[i], k.numel, &k.sgd);
   });
   stats_.bytes_in += bytes;
-  ws.last_step = step;
+  ws.async_step = step;
   ++step_;
+  lanes_.front()->step = step_;
   ++stats_.steps;
   MaybeCheckpoint();
   total_server_ms_ += t.ElapsedMs();
   return {AsyncWeights(), 0, t.ElapsedMs(), false};
 }
 
-void ParameterStore::MaybeFinalize() {
-  if (contributors_ == 0 || accum_owned_) return;
+void ParameterStore::MaybeFinalize(Lane& lane) {
+  if (lane.contributors == 0 || lane.accum_owned) return;
   int registered = 0;  // restored members count once they registered again
   for (const auto& [name, ws] : workers_) registered += !ws.restored;
   if (registered < opt_.workers) {
     const auto waited = std::chrono::duration<double>(Clock::now() - first_register_).count();
     if (waited < opt_.worker_timeout_s) return;  // the others may still be starting
-    spdlog::warn("only {} of {} workers registered after {:.1f} s: step {} goes on without them",
-                 registered, opt_.workers, waited, step_);
+    if (lane.index == 0) {
+      spdlog::warn("only {} of {} workers registered after {:.1f} s: step {} goes on without them",
+                   registered, opt_.workers, waited, lane.step);
+    }
   }
   for (const auto& [name, ws] : workers_)
-    if (ws.live && !pushed_.count(name)) return;
+    if (ws.live && !lane.pushed.count(name)) return;
   Timer t;
   // Mean of the pushes received; exchange=weights then steps the optimizer on it. A mean
   // sent uncompressed is scaled while Encode copies it; the others are scaled in place.
-  const float inv = 1.f / static_cast<float>(contributors_);
+  const float inv = 1.f / static_cast<float>(lane.contributors);
   SgdOptions sgd = opt_.sgd;
-  if (open_step_lr_) sgd.lr = *open_step_lr_;
-  const auto blocks = Blocks();
+  if (lane.lr) sgd.lr = *lane.lr;
+  const auto blocks = Blocks(lane.begin, lane.end);
   pool_.ParallelFor(static_cast<int64_t>(blocks.size()), [&](int64_t j) {
     const auto [i, begin, end] = blocks[j];
     if (!opt_.exchange_weights && PlainNone(*keys_[i]->pull)) return;
@@ -77,26 +81,27 @@ void ParameterStore::MaybeFinalize() {
     for (int64_t e = begin; e < end; ++e) a[e] *= inv;
   });
   if (opt_.exchange_weights) {
-    pool_.ParallelFor(static_cast<int64_t>(keys_.size()), [&](int64_t i) {
-      KeyState& k = *keys_[i];
+    pool_.ParallelFor(static_cast<int64_t>(lane.keys()), [&](int64_t j) {
+      KeyState& k = *keys_[lane.begin + j];
       SgdStep(sgd, k.weights.data(), k.accum.data(), k.numel, &k.sgd);
     });
   }
   // The previous result's buffers, unless a pull still holds it: no fresh pages per step.
-  if (results_.size() == 1 && results_.front().use_count() == 1) {
-    for (auto& kp : std::const_pointer_cast<StepResult>(results_.front())->payloads)
-      spare_bytes_.push_back(std::move(kp.payload.bytes));
-    results_.clear();
+  if (lane.results.size() == 1 && lane.results.front().use_count() == 1) {
+    for (auto& kp : std::const_pointer_cast<StepResult>(lane.results.front())->payloads)
+      lane.spare_bytes.push_back(std::move(kp.payload.bytes));
+    lane.results.clear();
   }
-  accum_scale_ = opt_.exchange_weights ? 1.f : inv;
-  std::shared_ptr<StepResult> result = Encode(step_, opt_.exchange_weights, false);
-  accum_scale_ = 1.f;
+  std::shared_ptr<StepResult> result =
+      Encode(lane.step, opt_.exchange_weights, false, lane.begin, lane.end,
+             opt_.exchange_weights ? 1.f : inv, &lane.spare_bytes);
   if (opt_.shadow_weights && !opt_.exchange_weights) {
     // The workers' own update on the mean just sent (the accumulator is still this step's:
-    // the next step's pushes wait for step_ to advance, under mu_).
+    // the next step's pushes wait for the lane's step to advance, under mu_).
     SgdOptions shadow = opt_.shadow_sgd;
-    if (open_step_lr_) shadow.lr = *open_step_lr_;
-    pool_.ParallelFor(static_cast<int64_t>(keys_.size()), [&](int64_t i) {
+    if (lane.lr) shadow.lr = *lane.lr;
+    pool_.ParallelFor(static_cast<int64_t>(lane.keys()), [&](int64_t j) {
+      const size_t i = lane.begin + j;
       KeyState& k = *keys_[i];
       if (PlainNone(*k.pull)) {
         for (float& a : k.accum) a *= inv;  // not yet scaled in place (see above)
@@ -105,24 +110,26 @@ void ParameterStore::MaybeFinalize() {
       }
       // A compressed pull: the workers step on what they decode, not on the exact mean. The
       // accumulator is free once encoded: decode into it, no buffer per step.
-      const compressors::Payload& p = result->payloads[i].payload;
+      const compressors::Payload& p = result->payloads[j].payload;
       Decoder(p.codec).DecodeTo(p.bytes, k.numel, k.accum.data());
       SgdStep(shadow, k.weights.data(), k.accum.data(), k.numel, &k.sgd);
     });
   }
-  accum_holders_ = 0;  // the next step's first push overwrites the accumulator
-  result->contributors = contributors_;
-  result->server_ms = t.ElapsedMs() + open_step_apply_ms_ / contributors_;
-  results_.push_back(result);
-  while (results_.size() > 1) results_.pop_front();  // the newest only: the barrier orders steps
+  lane.accum_holders = 0;  // the next step's first push overwrites the accumulator
+  result->contributors = lane.contributors;
+  result->server_ms = t.ElapsedMs() + lane.apply_ms / lane.contributors;
+  lane.results.push_back(result);
+  while (lane.results.size() > 1) lane.results.pop_front();  // the barrier orders steps
   total_server_ms_ += result->server_ms;
-  ++step_;
-  ++stats_.steps;
-  pushed_.clear();
-  contributors_ = 0;
-  open_step_apply_ms_ = 0;
-  open_step_lr_.reset();
+  ++lane.step;
+  lane.pushed.clear();
+  lane.contributors = 0;
+  lane.apply_ms = 0;
+  lane.lr.reset();
   step_cv_.notify_all();
+  if (!LanesEven()) return;  // the step is complete once its last bucket is
+  step_ = lane.step;
+  ++stats_.steps;
   MaybeCheckpoint();
   if (opt_.stats_every > 0 && stats_.steps % opt_.stats_every == 0) {
     uint64_t rejected = 0;
@@ -135,15 +142,26 @@ void ParameterStore::MaybeFinalize() {
   }
 }
 
+void ParameterStore::MaybeFinalizeAll() {
+  for (auto& lane : lanes_) MaybeFinalize(*lane);
+}
+
+bool ParameterStore::LanesEven() const {
+  for (const auto& lane : lanes_)
+    if (lane->step != lanes_.front()->step) return false;
+  return true;
+}
+
 std::shared_ptr<const StepResult> ParameterStore::AsyncWeights() {
   if (!weights_result_ || weights_result_->step != step_)
-    weights_result_ = Encode(step_, true, false);
+    weights_result_ = Encode(step_, true, false, 0, keys_.size(), 1.f, nullptr);
   return weights_result_;
 }
 
-std::vector<std::tuple<size_t, int64_t, int64_t>> ParameterStore::Blocks() const {
+std::vector<std::tuple<size_t, int64_t, int64_t>> ParameterStore::Blocks(size_t first,
+                                                                         size_t last) const {
   std::vector<std::tuple<size_t, int64_t, int64_t>> blocks;
-  for (size_t i = 0; i < keys_.size(); ++i)
+  for (size_t i = first; i < last; ++i)
     for (int64_t b = 0; b < keys_[i]->numel; b += kBlock)
       blocks.emplace_back(i, b, std::min(keys_[i]->numel, b + kBlock));
   return blocks;
@@ -153,35 +171,40 @@ bool ParameterStore::PlainNone(const compressors::Compressor& c) {
   return dynamic_cast<const compressors::NoneCompressor*>(&c) != nullptr;
 }
 
-std::shared_ptr<StepResult> ParameterStore::Encode(int64_t step, bool weights, bool lossless) {
+std::shared_ptr<StepResult> ParameterStore::Encode(int64_t step, bool weights, bool lossless,
+                                                   size_t first, size_t last, float scale,
+                                                   std::vector<std::string>* spare) {
   auto r = std::make_shared<StepResult>();
   r->step = step;
-  r->payloads.resize(keys_.size());
-  const bool spare = spare_bytes_.size() == keys_.size();
-  std::vector<char> copy(keys_.size());  // fp32 values: copied block by block below
-  for (size_t i = 0; i < keys_.size(); ++i) {
-    KeyPayload& out = r->payloads[i];
+  const size_t n = last - first;
+  r->payloads.resize(n);
+  const bool recycle = spare != nullptr && spare->size() == n;
+  std::vector<char> copy(n);  // fp32 values: copied block by block below
+  for (size_t j = 0; j < n; ++j) {
+    const size_t i = first + j;
+    KeyPayload& out = r->payloads[j];
     out.key = model_[i].key;
     out.payload.shape = model_[i].shape;
     out.payload.dtype = model_[i].dtype;
-    if (spare) out.payload.bytes = std::move(spare_bytes_[i]);
-    copy[i] = lossless || PlainNone(*keys_[i]->pull);
-    out.payload.codec = copy[i] ? "none" : keys_[i]->pull->Name();
-    const size_t size = copy[i] ? keys_[i]->numel * sizeof(float) : 0;
+    if (recycle) out.payload.bytes = std::move((*spare)[j]);
+    copy[j] = lossless || PlainNone(*keys_[i]->pull);
+    out.payload.codec = copy[j] ? "none" : keys_[i]->pull->Name();
+    const size_t size = copy[j] ? keys_[i]->numel * sizeof(float) : 0;
     if (out.payload.bytes.size() != size) {  // a recycled buffer of the right size is
       out.payload.bytes.clear();             // overwritten as it is, not zeroed first
       out.payload.bytes.resize(size);
     }
   }
-  spare_bytes_.clear();
-  const float scale = weights ? 1.f : accum_scale_;
-  const auto blocks = Blocks();
-  pool_.ParallelFor(static_cast<int64_t>(blocks.size()), [&](int64_t j) {
-    const auto [i, begin, end] = blocks[j];
+  if (spare) spare->clear();
+  if (weights) scale = 1.f;
+  const auto blocks = Blocks(first, last);
+  pool_.ParallelFor(static_cast<int64_t>(blocks.size()), [&](int64_t b) {
+    const auto [i, begin, end] = blocks[b];
+    const size_t j = i - first;
     KeyState& k = *keys_[i];
     const float* src = weights ? k.weights.data() : k.accum.data();
-    std::string& bytes = r->payloads[i].payload.bytes;
-    if (!copy[i]) {  // a whole key per codec call, from its first block's item
+    std::string& bytes = r->payloads[j].payload.bytes;
+    if (!copy[j]) {  // a whole key per codec call, from its first block's item
       if (begin == 0) k.pull->EncodeTo(src, k.numel, {model_[i].key, step}, &bytes);
       return;
     }
@@ -196,22 +219,37 @@ std::shared_ptr<StepResult> ParameterStore::Encode(int64_t step, bool weights, b
 }
 
 std::shared_ptr<const StepResult> ParameterStore::Pull(const WorkerId& w, int64_t step,
-                                                       Clock::time_point deadline) {
+                                                       Clock::time_point deadline, int bucket) {
   std::unique_lock<std::mutex> lock(mu_);
   CheckWorker(w);
   GP_ENFORCE_AS(FailedPrecondition, initialized_, "the server has no weights yet");
   if (opt_.async) return AsyncWeights();
+  const Lane* lane = bucket >= 0 || lanes_.size() == 1 ? &LaneOf(bucket, w) : nullptr;
   if (step < 0) {
-    GP_ENFORCE_AS(FailedPrecondition, !results_.empty(), "no step has completed yet");
-    return results_.back();
+    step = (lane ? lane->step : step_) - 1;
+    GP_ENFORCE_AS(FailedPrecondition, step >= 0, "no step has completed yet");
   }
-  step_cv_.wait_until(lock, deadline, [&] { return shutdown_ || step_ > step; });
+  auto done = [&] { return lane ? lane->step > step : step_ > step; };
+  step_cv_.wait_until(lock, deadline, [&] { return shutdown_ || done(); });
   GP_ENFORCE_AS(Unavailable, !shutdown_, "server is shutting down");
-  GP_ENFORCE_AS(Unavailable, step_ > step, "timed out waiting for step ", step, "; retry");
-  auto r = FindResult(step);
+  GP_ENFORCE_AS(Unavailable, done(), "timed out waiting for step ", step, "; retry");
+  auto r = lane ? FindResult(*lane, step) : JoinedResult(step);
   GP_ENFORCE_AS(FailedPrecondition, r != nullptr, "result of step ", step,
                 " is no longer kept (server step ", step_, ")");
   return r;
+}
+
+std::shared_ptr<const StepResult> ParameterStore::JoinedResult(int64_t step) const {
+  auto joined = std::make_shared<StepResult>();
+  joined->step = step;
+  for (const auto& lane : lanes_) {
+    auto r = FindResult(*lane, step);
+    if (!r) return nullptr;
+    joined->contributors = std::max(joined->contributors, r->contributors);
+    joined->server_ms += r->server_ms;
+    joined->payloads.insert(joined->payloads.end(), r->payloads.begin(), r->payloads.end());
+  }
+  return joined;
 }
 
 int64_t ParameterStore::Heartbeat(const WorkerId& w) {
@@ -231,7 +269,7 @@ void ParameterStore::CheckTimeouts() {
                    std::chrono::duration<double>(now - ws.last_seen).count(), step_);
     }
   }
-  MaybeFinalize();  // a drop, or the registration grace ending, may complete the open step
+  MaybeFinalizeAll();  // a drop, or the registration grace ending, may complete the open step
   MaybeElect();
 }
 

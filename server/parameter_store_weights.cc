@@ -19,7 +19,7 @@ std::shared_ptr<const StepResult> ParameterStore::Weights(const WorkerId& w, int
   GP_ENFORCE_AS(Unavailable, !shutdown_, "server is shutting down");
   GP_ENFORCE_AS(Unavailable, weights_version_ >= min_version, "weights version ", min_version,
                 " not published yet (now ", weights_version_, "); retry");
-  return Encode(step_, /*weights=*/true, /*lossless=*/true);
+  return Encode(step_, /*weights=*/true, /*lossless=*/true, 0, keys_.size(), 1.f, nullptr);
 }
 
 std::pair<int, double> ParameterStore::Elect(const WorkerId& w, int64_t round, double score,

@@ -201,7 +201,7 @@ std::vector<torch::Tensor> Simulator::Gradients(int rank, const worker::data::Da
   auto& model = *models_[periodic() ? rank : 0];
   Timer t;
   SwapIn(rank);
-  model.zero_grad();
+  model.zero_grad(/*set_to_none=*/true);  // as the Trainer: gradients become p.grad as is
   torch::Tensor x = batch.images.to(device_), y = batch.labels.to(device_);
   torch::Tensor logits = model.forward(x);
   torch::Tensor loss = torch::nn::functional::cross_entropy(logits, y);

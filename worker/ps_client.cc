@@ -61,8 +61,21 @@ std::string GaveUpMessage(const PsClient::Impl& impl, const ClientOptions& opt, 
   return msg;
 }
 
-RegisterInfo PsClient::Register(const std::vector<TensorSpec>& model) {
+RegisterInfo PsClient::Register(const std::vector<TensorSpec>& model,
+                                const std::vector<int>& bucket_keys) {
+  std::vector<std::pair<size_t, size_t>> buckets;
+  size_t begin = 0;
+  for (int n : bucket_keys) {
+    GP_ENFORCE(n >= 1, "Register: a bucket of ", n, " keys");
+    buckets.emplace_back(begin, begin + n);
+    begin += n;
+  }
+  GP_ENFORCE(bucket_keys.empty() || begin == model.size(), "Register: buckets hold ", begin,
+             " keys, the model has ", model.size());
+  if (buckets.empty()) buckets.emplace_back(0, model.size());
   proto::RegisterRequest req;
+  if (buckets.size() > 1)
+    for (int n : bucket_keys) req.add_bucket_keys(n);
   req.set_worker_id(opt_.worker_id);
   req.set_incarnation(opt_.incarnation);
   req.set_config_hash(opt_.config_hash);
@@ -73,6 +86,7 @@ RegisterInfo PsClient::Register(const std::vector<TensorSpec>& model) {
     return r;
   });
   impl_->model = model;
+  impl_->buckets = std::move(buckets);
   impl_->push.clear();
   for (const auto& s : model) impl_->push.push_back(MakePushCodec(opt_, s));
   if (opt_.heartbeat_s > 0 && !impl_->hb_thread.joinable()) {
@@ -97,6 +111,14 @@ RegisterInfo PsClient::Register(const std::vector<TensorSpec>& model) {
     });
   }
   return {reply.rank(), reply.world_size(), reply.server_step(), reply.initialized()};
+}
+
+int PsClient::buckets() const { return std::max<int>(1, impl_->buckets.size()); }
+
+std::pair<size_t, size_t> PsClient::BucketKeys(int bucket) const {
+  GP_ENFORCE(bucket >= 0 && static_cast<size_t>(bucket) < impl_->buckets.size(), "bucket ", bucket,
+             " outside the ", impl_->buckets.size(), " registered");
+  return impl_->buckets[bucket];
 }
 
 double DecodeInto(PsClient::Impl& impl, const std::vector<KeyPayload>& got,
@@ -137,13 +159,15 @@ struct KeyPush {
   torch::Tensor raw;   // CPU float32 contiguous
 };
 
+// Encodes the keys [begin, end) (a bucket; 0, n: the whole model).
 std::vector<KeyPush> EncodeAll(PsClient::Impl& impl, int64_t step,
-                               const std::vector<torch::Tensor>& grads, StepStats* st) {
-  CheckTensors(impl.model, grads, "push");
+                               const std::vector<torch::Tensor>& grads, StepStats* st, size_t begin,
+                               size_t end) {
+  CheckTensors(impl.model, grads, "push", begin, end);
   Timer t;
-  std::vector<KeyPush> pushes(grads.size());
-  for (size_t i = 0; i < grads.size(); ++i) {
-    KeyPush& p = pushes[i];
+  std::vector<KeyPush> pushes(end - begin);
+  for (size_t i = begin; i < end; ++i) {
+    KeyPush& p = pushes[i - begin];
     p.payload.key = impl.model[i].key;
     if (dynamic_cast<const compressors::NoneCompressor*>(impl.push[i].get()) != nullptr) {
       p.raw = grads[i].detach().to(torch::kCPU, torch::kFloat32).contiguous();
@@ -183,9 +207,9 @@ bool WriteRawPush(Writer* writer, const std::vector<KeyPush>& pushes) {
 }
 
 grpc::ByteBuffer HeaderMessage(const ClientOptions& opt, int64_t step, int64_t base_step,
-                               std::optional<double> lr) {
+                               std::optional<double> lr, int bucket = -1) {
   proto::PushMessage msg;
-  FillHeader(opt, step, base_step, lr, &msg);
+  FillHeader(opt, step, base_step, lr, &msg, bucket);
   return transport::FrameHeader(msg.header());
 }
 
@@ -196,13 +220,21 @@ grpc::ByteBuffer HeaderMessage(const ClientOptions& opt, int64_t step, int64_t b
 struct ResultReader {
   PsClient::Impl& impl;
   std::vector<torch::Tensor>* out;
+  size_t begin, end;                 // the keys expected (a bucket, or the whole model)
+  std::vector<TensorSpec> expected;  // model[begin, end): the assembler points into it
   proto::PullHeader header;
   std::vector<uint64_t> direct;  // per key: bytes copied into out (-1: not direct)
   transport::PayloadAssembler assembler;
   uint64_t bytes = 0;
 
-  ResultReader(PsClient::Impl& i, std::vector<torch::Tensor>* o)
-      : impl(i), out(o), direct(i.model.size(), kNotDirect), assembler(i.model) {}
+  ResultReader(PsClient::Impl& i, std::vector<torch::Tensor>* o, size_t b, size_t e)
+      : impl(i),
+        out(o),
+        begin(b),
+        end(e),
+        expected(i.model.begin() + b, i.model.begin() + e),
+        direct(i.model.size(), kNotDirect),
+        assembler(expected) {}
   static constexpr uint64_t kNotDirect = ~uint64_t{0};
 
   template <typename Reader>
@@ -223,9 +255,9 @@ struct ResultReader {
 
   void Chunk(transport::WireMessage* m) {
     proto::TensorChunk& c = m->chunk;
-    size_t i = 0;
-    while (i < impl.model.size() && impl.model[i].key != c.key()) ++i;
-    GP_ENFORCE(i < impl.model.size(), "server sent unknown key '", c.key(), "'");
+    size_t i = begin;
+    while (i < end && impl.model[i].key != c.key()) ++i;
+    GP_ENFORCE(i < end, "server sent unknown key '", c.key(), "'");
     torch::Tensor& o = (*out)[i];
     const uint64_t size = static_cast<uint64_t>(o.numel()) * sizeof(float);
     const bool can =
@@ -257,7 +289,7 @@ struct ResultReader {
     Timer t;
     std::vector<KeyPayload> rest = assembler.Finish();
     size_t r = 0;
-    for (size_t i = 0; i < impl.model.size(); ++i) {
+    for (size_t i = begin; i < end; ++i) {
       if (direct[i] != kNotDirect) {
         GP_ENFORCE(direct[i] == static_cast<uint64_t>((*out)[i].numel()) * sizeof(float),
                    "server sent ", direct[i], " bytes of key '", impl.model[i].key, "'");
@@ -293,9 +325,26 @@ void FillFromHeader(const proto::PullHeader& h, double rpc_ms, StepStats* st) {
 
 StepStats PsClient::PushPull(int64_t step, const std::vector<torch::Tensor>& grads,
                              std::vector<torch::Tensor>* out, int64_t base_step) {
+  GP_ENFORCE(impl_->buckets.size() <= 1, "PushPull: the model is split into ",
+             impl_->buckets.size(), " buckets: exchange them with PushPullBucket");
+  return Exchange(step, base_step, -1, grads, out);
+}
+
+StepStats PsClient::PushPullBucket(int64_t step, int bucket,
+                                   const std::vector<torch::Tensor>& grads,
+                                   std::vector<torch::Tensor>* out) {
+  BucketKeys(bucket);  // checks the index
+  return Exchange(step, 0, impl_->buckets.size() > 1 ? bucket : -1, grads, out);
+}
+
+StepStats PsClient::Exchange(int64_t step, int64_t base_step, int bucket,
+                             const std::vector<torch::Tensor>& grads,
+                             std::vector<torch::Tensor>* out) {
   StepStats st;
-  const std::vector<KeyPush> pushes = EncodeAll(*impl_, step, grads, &st);
-  CheckTensors(impl_->model, *out, "PushPull output");
+  const auto [begin, end] =
+      bucket >= 0 ? impl_->buckets[bucket] : std::pair<size_t, size_t>{0, impl_->model.size()};
+  const std::vector<KeyPush> pushes = EncodeAll(*impl_, step, grads, &st, begin, end);
+  CheckTensors(impl_->model, *out, "PushPull output", begin, end);
   const grpc::internal::RpcMethod method(kPushPullMethod, grpc::internal::RpcMethod::BIDI_STREAMING,
                                          impl_->channel);
   Timer rpc;
@@ -306,10 +355,10 @@ StepStats PsClient::PushPull(int64_t step, const std::vector<torch::Tensor>& gra
         std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
             grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
                 impl_->channel.get(), method, ctx));
-        if (stream->Write(HeaderMessage(opt_, step, base_step, server_lr_)))
+        if (stream->Write(HeaderMessage(opt_, step, base_step, server_lr_, bucket)))
           WriteRawPush(stream.get(), pushes);
         stream->WritesDone();
-        got = std::make_unique<ResultReader>(*impl_, out);
+        got = std::make_unique<ResultReader>(*impl_, out, begin, end);
         const bool ok = got->Read(stream.get());
         transport::ThrowIfError(stream->Finish(), "PushPull");
         GP_ENFORCE(ok && got->header.step() >= 0, "PushPull: server sent no result");
@@ -324,7 +373,7 @@ StepStats PsClient::PushPull(int64_t step, const std::vector<torch::Tensor>& gra
 
 StepStats PsClient::Push(int64_t step, const std::vector<torch::Tensor>& grads, int64_t base_step) {
   StepStats st;
-  const std::vector<KeyPush> pushes = EncodeAll(*impl_, step, grads, &st);
+  const std::vector<KeyPush> pushes = EncodeAll(*impl_, step, grads, &st, 0, impl_->model.size());
   const grpc::internal::RpcMethod method(kPushMethod, grpc::internal::RpcMethod::CLIENT_STREAMING,
                                          impl_->channel);
   Timer rpc;
@@ -365,7 +414,7 @@ StepStats PsClient::Pull(std::vector<torch::Tensor>* out, int64_t step) {
         std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
             grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(impl_->channel.get(),
                                                                           method, ctx, req));
-        got = std::make_unique<ResultReader>(*impl_, out);
+        got = std::make_unique<ResultReader>(*impl_, out, 0, impl_->model.size());
         const bool ok = got->Read(reader.get());
         transport::ThrowIfError(reader->Finish(), "Pull");
         GP_ENFORCE(ok, "Pull: server sent no result");

@@ -19,7 +19,12 @@
 // except the background heartbeats; retries() and faults_injected() count them.
 // Tensors below min_numel elements travel uncompressed. Received tensors are written into
 // the caller's tensors (any device) in model order.
-// Thread-safety: one thread at a time per client.
+// Buckets (the pipelined step, sync mode): Register(model, bucket_keys) splits the model into
+// buckets of consecutive keys; PushPullBucket(step, b, ...) then exchanges bucket b alone and
+// may run on several threads at once, one bucket each (the server completes each bucket on
+// its own, so bucket b is pulled while bucket b+1 is pushed). The codecs stay per key.
+// Thread-safety: one thread at a time per client, except concurrent PushPullBucket calls for
+// different buckets (and the heartbeat thread it runs itself).
 #include <torch/types.h>
 
 #include <cstdint>
@@ -86,7 +91,12 @@ class PsClient {
   explicit PsClient(ClientOptions options);
   ~PsClient();
 
-  RegisterInfo Register(const std::vector<TensorSpec>& model);
+  // bucket_keys: keys per bucket in model order (empty: one bucket, the whole model).
+  RegisterInfo Register(const std::vector<TensorSpec>& model,
+                        const std::vector<int>& bucket_keys = {});
+  int buckets() const;  // 1 without a split
+  // The keys [begin, end) of bucket b.
+  std::pair<size_t, size_t> BucketKeys(int bucket) const;
   // Offers `params` as initial weights (the server keeps the first offer), then overwrites
   // them with the server's weights. Returns true if ours were kept.
   bool InitOrPull(std::vector<torch::Tensor>* params);
@@ -94,6 +104,11 @@ class PsClient {
   // base_step: async only, the server step of the weights the gradients come from.
   StepStats PushPull(int64_t step, const std::vector<torch::Tensor>& grads,
                      std::vector<torch::Tensor>* out, int64_t base_step = 0);
+  // Bucket `bucket` of a split model: pushes grads[begin, end) of it and writes the bucket's
+  // result into (*out)[begin, end); grads and out hold the whole model (other keys are not
+  // touched). Safe to call concurrently for different buckets.
+  StepStats PushPullBucket(int64_t step, int bucket, const std::vector<torch::Tensor>& grads,
+                           std::vector<torch::Tensor>* out);
   // Push alone (async, or sync without waiting); then Pull for the newest result.
   StepStats Push(int64_t step, const std::vector<torch::Tensor>& grads, int64_t base_step = 0);
   // Sync: waits for `step`'s result (-1: the newest completed). Async: current weights.
@@ -131,6 +146,8 @@ class PsClient {
 
  private:
   bool UploadWeights(bool publish, int64_t round, const std::vector<torch::Tensor>& params);
+  StepStats Exchange(int64_t step, int64_t base_step, int bucket,
+                     const std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>* out);
   ClientOptions opt_;
   std::optional<double> server_lr_;
   std::unique_ptr<Impl> impl_;

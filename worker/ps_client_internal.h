@@ -50,10 +50,13 @@ struct PsClient::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<proto::ParameterServer::Stub> stub;
   std::vector<TensorSpec> model;
-  std::vector<std::unique_ptr<Compressor>> push;  // per key, with its own error feedback
+  std::vector<std::unique_ptr<Compressor>> push;   // per key, with its own error feedback
+  std::vector<std::pair<size_t, size_t>> buckets;  // registered split: keys [begin, end)
+  std::mutex decoders_mu;                          // buckets decode concurrently
   std::map<std::string, std::unique_ptr<Compressor>> decoders;
 
   const Compressor& Decoder(const std::string& codec) {
+    std::lock_guard<std::mutex> lock(decoders_mu);
     auto& d = decoders[codec];
     if (!d) d = compressors::MakeDecoder(codec);
     return *d;
@@ -134,8 +137,9 @@ auto WithRetry(PsClient::Impl& impl, const ClientOptions& opt, const char* what,
 }
 
 inline void FillHeader(const ClientOptions& opt, int64_t step, int64_t base_step,
-                       std::optional<double> lr, proto::PushMessage* msg) {
+                       std::optional<double> lr, proto::PushMessage* msg, int bucket = -1) {
   auto* h = msg->mutable_header();
+  if (bucket >= 0) h->set_bucket(bucket);
   h->set_worker_id(opt.worker_id);
   h->set_incarnation(opt.incarnation);
   h->set_step(step);
@@ -156,12 +160,13 @@ void WritePayloads(Writer* writer, const std::vector<KeyPayload>& payloads) {
   }
 }
 
+// Checks ts (the whole model) against the registered model; the shapes of keys [begin, end).
 inline void CheckTensors(const std::vector<TensorSpec>& model, const std::vector<torch::Tensor>& ts,
-                         const char* what) {
+                         const char* what, size_t begin = 0, size_t end = ~size_t{0}) {
   GP_ENFORCE(!model.empty(), what, ": call Register first");
   GP_ENFORCE(ts.size() == model.size(), what, ": ", ts.size(), " tensors for a model of ",
              model.size(), " keys");
-  for (size_t i = 0; i < ts.size(); ++i)
+  for (size_t i = begin; i < std::min(end, ts.size()); ++i)
     GP_ENFORCE(ts[i].sizes().vec() == model[i].shape, what, ": key '", model[i].key, "' has shape ",
                ShapeToString(ts[i].sizes().vec()), ", registered ", ShapeToString(model[i].shape));
 }

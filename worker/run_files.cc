@@ -20,7 +20,9 @@ JsonLine StepJson(int rank, const StepMetrics& m) {
       .Num("encode_ms", m.encode_ms)
       .Num("decode_ms", m.decode_ms)
       .Num("network_ms", m.network_ms)
-      .Num("wait_ms", m.wait_ms);
+      .Num("wait_ms", m.wait_ms)
+      .Num("exposed_comm_ms", m.exposed_comm_ms)
+      .Bool("overlap", m.overlap);
   if (m.retries > 0) line.Int("retries", m.retries);
   return line;
 }
@@ -46,6 +48,8 @@ void WriteSummaryJson(const std::string& run_dir, const Config& c, int workers,
       .Num("network_ms", s.network_ms)
       .Num("decode_ms", s.decode_ms)
       .Num("wait_ms", s.wait_ms)
+      .Num("exposed_comm_ms", s.exposed_comm_ms)
+      .Bool("overlap", s.overlap)
       .Num("wall_s", s.wall_s)
       .Int("retries", s.retries)
       .Int("rejoins", s.rejoins);

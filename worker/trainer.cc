@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -109,6 +110,23 @@ Trainer::Trainer(TrainerOptions options)
   co.security = c.security;                        // $GRADPRESS_TOKEN is read by the client
   co.faults = transport::ResolveFaults(c.faults);  // $GRADPRESS_FAULTS overrides the config
   client_ = std::make_unique<PsClient>(co);
+  if (c.sync.overlap && c.sync.mode == "sync" && c.sync.every == 1 && !gaussian_) {
+    bucket_keys_ = BucketExchange::Split(params_, c.sync.bucket_mb);
+    if (bucket_keys_.size() == 1) bucket_keys_.clear();  // one bucket: the whole model
+    const int buckets = std::max<int>(1, bucket_keys_.size());
+    buckets_ = std::make_unique<BucketExchange>(
+        client_.get(),
+        bucket_keys_.empty() ? std::vector<int>{static_cast<int>(params_.size())} : bucket_keys_,
+        std::min(3, buckets));
+    // DGC's clipping needs every gradient first: its buckets go out after backward.
+    hooks_ = c.compress.clip_norm <= 0;
+    if (hooks_) {
+      for (size_t i = 0; i < params_.size(); ++i) {
+        BucketExchange* ex = buckets_.get();
+        params_[i].register_hook([ex, i](const torch::Tensor& g) { ex->Gradient(i, g); });
+      }
+    }
+  }
   if (!c.compress.dynamic.ladder.empty()) {
     controller_ = std::make_unique<CompressionController>(c.compress.dynamic);
     for (const auto& spec : SplitLadder(c.compress.dynamic.ladder))
@@ -139,7 +157,7 @@ void Trainer::Connect(bool resume) {
   std::vector<compressors::TensorSpec> specs;
   for (const auto& item : model_->named_parameters())
     specs.push_back({item.key(), gaussian_ ? std::vector<int64_t>{2} : item.value().sizes().vec()});
-  RegisterInfo info = client_->Register(specs);
+  RegisterInfo info = client_->Register(specs, bucket_keys_);
   server_rank_ = info.rank;  // the server's numbering (registration order), used by Elect
   if (gaussian_) {
     // The server holds (mean, std) per key; every worker starts from the same seeded init.
@@ -176,8 +194,13 @@ StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labe
   StepMetrics m;
   m.step = step_;
   Timer t;
-  model_->zero_grad();
+  model_->zero_grad(/*set_to_none=*/true);  // backward's gradients become p.grad as they are
   torch::Tensor x = images.to(device_), y = labels.to(device_);
+  if (pipelined()) {
+    // Fresh aliases each step: restoring a checkpoint may give the parameters new storage.
+    if (exchange_weights_) weights_out_ = Parameters();
+    buckets_->Begin(step_, exchange_weights_ ? &weights_out_ : &received_);
+  }
   torch::Tensor logits = model_->forward(x);
   torch::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
   loss.backward();
@@ -194,7 +217,11 @@ StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labe
   m.compute_ms = t.ElapsedMs();
 
   StepStats st;
-  if (periodic()) {
+  Timer exchange;
+  const double compute_before = m.compute_ms;
+  if (pipelined()) {
+    st = ExchangeBuckets(&m);
+  } else if (periodic()) {
     t.Restart();
     optimizer_->step();  // the worker's own gradient; the update is pushed at the next sync
     m.compute_ms += t.ElapsedMs();
@@ -233,9 +260,28 @@ StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labe
   m.network_ms = st.network_ms;
   m.wait_ms = st.wait_ms;
   m.retries = st.retries;
+  // The serial step waits for the whole exchange (its wall time, less local compute in it).
+  if (!pipelined()) m.exposed_comm_ms = exchange.ElapsedMs() - (m.compute_ms - compute_before);
   ++step_;
   m.step_ms = step_timer.ElapsedMs();
   return m;
+}
+
+StepStats Trainer::ExchangeBuckets(StepMetrics* m) {
+  m->overlap = true;
+  if (!hooks_) {  // after clipping: every bucket at once, in backward's order
+    for (size_t i = params_.size(); i-- > 0;) buckets_->Gradient(i, params_[i].grad());
+  }
+  StepStats st = buckets_->Finish(params_, &m->exposed_comm_ms);
+  Timer t;
+  if (exchange_weights_) {
+    base_step_ = st.server_step;  // the weights were written into the parameters in place
+  } else {
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].mutable_grad().copy_(received_[i]);
+    optimizer_->step();
+  }
+  m->compute_ms += t.ElapsedMs();
+  return st;
 }
 
 double Trainer::Evaluate() {
@@ -298,6 +344,20 @@ TrainSummary Trainer::Run() {
                        .Done());
       }
     }
+    // The next batch is gathered and augmented on another thread while a step runs; it
+    // draws from a copy of the RNG, adopted when the batch is used, so checkpoints (taken
+    // between steps) hold the RNG of the step they are at.
+    struct Batch {
+      torch::Tensor images, labels;
+      int64_t size = 0;
+      std::mt19937_64 rng;
+    };
+    auto load = [&](int64_t i, std::mt19937_64 rng) {
+      data::Dataset d = data::GatherBatch(data_.train, idx, i * batch, (i + 1) * batch);
+      Batch out{augment ? data::AugmentCifar(d.images, &rng) : d.images, d.labels, d.size(), rng};
+      return out;
+    };
+    std::future<Batch> next;
     for (int64_t i = step_ - epoch * steps_per_epoch; i < steps_per_epoch; ++i) {
       if ((opt_.max_steps > 0 && done >= opt_.max_steps) || (opt_.stop && opt_.stop->load())) {
         stop = true;
@@ -307,11 +367,12 @@ TrainSummary Trainer::Run() {
       // Methods 1-2: the server's SGD steps with the schedule; 3-5: its shadow weights do.
       if (!periodic() && !gaussian_) client_->set_server_lr(lr);
       if (!exchange_weights_) ApplyLr(lr);
-      data::Dataset b = data::GatherBatch(data_.train, idx, i * batch, (i + 1) * batch);
-      torch::Tensor images = augment ? data::AugmentCifar(b.images, &rng_) : b.images;
+      Batch b = next.valid() ? next.get() : load(i, rng_);
+      rng_ = b.rng;  // the augmentation RNG after this batch (checkpointed with the step)
+      if (i + 1 < steps_per_epoch) next = std::async(std::launch::async, load, i + 1, rng_);
       StepMetrics m;
       try {
-        m = Step(images, b.labels);
+        m = Step(b.images, b.labels);
       } catch (const Error& e) {
         if (!LostByServer(e)) throw;
         const int64_t lost = Rejoin(e);
@@ -322,7 +383,7 @@ TrainSummary Trainer::Run() {
         break;
       }
       correct += m.correct;
-      seen += b.size();
+      seen += b.size;
       ++done;
       const bool exchanged = !periodic() || since_sync_ == 0;
       if (c.train.checkpoint_every > 0 && exchanged &&
@@ -336,9 +397,10 @@ TrainSummary Trainer::Run() {
       s.decode_ms += m.decode_ms;
       s.network_ms += m.network_ms;
       s.wait_ms += m.wait_ms;
+      s.exposed_comm_ms += m.exposed_comm_ms;
       s.retries += m.retries;
       AppendLine(StepJson(opt_.rank, m).Done());
-      log_images += b.size();
+      log_images += b.size;
       if (c.train.log_every > 0 && m.step % c.train.log_every == 0) {
         spdlog::info(
             "worker-{} epoch {} step {} loss {:.4f} {:.0f} images/s up {} B down {} B per step "
@@ -399,6 +461,8 @@ TrainSummary Trainer::Run() {
   s.decode_ms /= d;
   s.network_ms /= d;
   s.wait_ms /= d;
+  s.exposed_comm_ms /= d;
+  s.overlap = pipelined();
   s.wall_s = wall.ElapsedSeconds();
   if (opt_.rank == 0 && done > 0) WriteSummary(s);  // a resumed, finished run keeps its own
   if (done == 0) spdlog::info("worker-{}: nothing left to train at step {}", opt_.rank, step_);

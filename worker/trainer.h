@@ -3,6 +3,11 @@
 // methods 1-5). Loads its shard of the data, builds the model, registers with the server,
 // adopts the server's initial weights, then per step: forward, cross-entropy, backward,
 // PushPull, apply.
+// The pipelined step (sync.overlap, methods 1-5 in sync mode; bucket_exchange.h): autograd
+// hooks on the parameters hand each bucket of gradients to the exchange threads while
+// backward still runs; the step then waits for the buckets still out (exposed_comm_ms) and
+// applies them. Off, or for method 6, gaussian and async: the serial step. Both give the same
+// weights. The next batch is gathered (and augmented) on a second thread while a step runs.
 //
 //   TrainerOptions o{config, /*rank=*/0, /*workers=*/2, "127.0.0.1:50051", run_dir};
 //   TrainSummary s = Trainer(o).Run();      // all epochs (or max_steps), evaluates per epoch
@@ -25,9 +30,9 @@
 //   cifar10 batches get AugmentCifar; other datasets are not augmented.
 // Run directory (run_dir non-empty): appends to run_dir/metrics.jsonl one line per step
 //   {rank, step, loss, bytes_up, bytes_down, compute_ms, encode_ms, decode_ms, network_ms,
-//   wait_ms, retries (only when > 0)}, one per rejoin {rank, step, event, steps_lost}, one per
-//   epoch {rank, epoch, train_acc, test_acc, epoch_s}; rank 0 writes run_dir/summary.json at the
-//   end (DESIGN.md field names; method = config name).
+//   wait_ms, exposed_comm_ms, overlap, retries (only when > 0)}, one per rejoin {rank, step, event,
+//   steps_lost}, one per epoch {rank, epoch, train_acc, test_acc, epoch_s}; rank 0 writes
+//   run_dir/summary.json at the end (DESIGN.md field names; method = config name).
 // Checkpoints hold step, model (parameters and buffers), optimizer, method 6's anchor, the
 //   push codecs' residuals and the augmentation RNG; the data cursor is the step (each
 //   epoch's order is a function of seed and epoch). A run stopped after a checkpoint and
@@ -49,6 +54,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/json_line.h"
+#include "worker/bucket_exchange.h"
 #include "worker/compression_schedule.h"
 #include "worker/data/dataset.h"
 #include "worker/models/net.h"
@@ -84,6 +90,10 @@ struct StepMetrics {
   int64_t correct = 0;  // correct predictions in the batch (train accuracy)
   bool stale = false;   // async: the push was refused as too stale (dropped)
   int retries = 0;      // RPC attempts retried (UNAVAILABLE, injected faults) in the exchange
+  // Time the step waited on communication after backward ended (the exchange's wall time
+  // for the serial step); overlap: the pipelined step ran.
+  double exposed_comm_ms = 0;
+  bool overlap = false;
 };
 
 struct EpochMetrics {
@@ -96,8 +106,9 @@ struct TrainSummary {
   double test_acc = 0;            // last evaluation, 0..1
   double bytes_up_per_step = 0, bytes_down_per_step = 0;
   double ratio_up = 0, ratio_down = 0;  // dense float32 bytes / payload bytes
-  double step_ms = 0, compute_ms = 0, encode_ms = 0, network_ms = 0, decode_ms = 0,
-         wait_ms = 0;  // means per step
+  double step_ms = 0, compute_ms = 0, encode_ms = 0, network_ms = 0, decode_ms = 0, wait_ms = 0,
+         exposed_comm_ms = 0;  // means per step
+  bool overlap = false;        // the pipelined step ran
   double wall_s = 0;
   int64_t retries = 0;  // RPC attempts retried in all
   int64_t rejoins = 0;  // times the server lost this worker and it registered again
@@ -175,6 +186,9 @@ class Trainer {
   // there is no way back (no checkpoint and no server weights to adopt).
   int64_t Rejoin(const Error& why);
   void RestoreCheckpoint(const Checkpoint& c);
+  // The pipelined step's exchange: methods 1-5 in sync mode with sync.overlap.
+  bool pipelined() const { return buckets_ != nullptr; }
+  StepStats ExchangeBuckets(StepMetrics* m);
   void AppendLine(const std::string& line);
   void WriteSummary(const TrainSummary& s) const;
 
@@ -184,8 +198,12 @@ class Trainer {
   std::shared_ptr<models::Net> model_;
   std::vector<torch::Tensor> params_;  // the model's parameters (leaves)
   std::unique_ptr<PsClient> client_;
+  std::vector<int> bucket_keys_;                        // the split registered (empty: none)
+  std::unique_ptr<BucketExchange> buckets_;             // pipelined step (null: serial)
+  bool hooks_ = false;                                  // buckets go out from autograd hooks
   std::unique_ptr<torch::optim::Optimizer> optimizer_;  // exchange=gradients only
   std::vector<torch::Tensor> received_;
+  std::vector<torch::Tensor> weights_out_;  // pipelined weights exchange: aliases of params_
   bool exchange_weights_ = false;
   bool connected_ = false;
   int64_t step_ = 0;

@@ -1,0 +1,137 @@
+#include "worker/bucket_exchange.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/timer.h"
+
+namespace gradpress::worker {
+
+std::vector<int> BucketExchange::Split(const std::vector<torch::Tensor>& params, double bucket_mb) {
+  GP_ENFORCE(bucket_mb > 0, "sync.bucket_mb must be > 0, got ", bucket_mb);
+  const double limit = bucket_mb * (1 << 20);
+  std::vector<int> reversed;  // from the last key
+  int keys = 0;
+  double bytes = 0;
+  for (size_t i = params.size(); i-- > 0;) {
+    ++keys;
+    bytes += 4.0 * static_cast<double>(params[i].numel());
+    if (bytes >= limit) {
+      reversed.push_back(keys);
+      keys = 0;
+      bytes = 0;
+    }
+  }
+  if (keys > 0) reversed.push_back(keys);
+  return {reversed.rbegin(), reversed.rend()};
+}
+
+BucketExchange::BucketExchange(PsClient* client, const std::vector<int>& bucket_keys, int threads)
+    : client_(client), pending_init_(bucket_keys) {
+  GP_ENFORCE(!bucket_keys.empty(), "BucketExchange needs at least one bucket");
+  for (size_t b = 0; b < bucket_keys.size(); ++b)
+    for (int k = 0; k < bucket_keys[b]; ++k) bucket_of_.push_back(static_cast<int>(b));
+  grads_.resize(bucket_of_.size());
+  for (int t = 0; t < std::max(1, threads); ++t) threads_.emplace_back([this] { Run(); });
+}
+
+BucketExchange::~BucketExchange() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    queue_.clear();
+    cv_.wait(lock, [&] { return outstanding_ == static_cast<int>(queue_.size()); });
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void BucketExchange::Begin(int64_t step, std::vector<torch::Tensor>* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  GP_ENFORCE(outstanding_ == 0, "BucketExchange::Begin while a step is in flight");
+  step_ = step;
+  out_ = out;
+  pending_ = pending_init_;
+  for (auto& g : grads_) g = torch::Tensor();
+  sum_ = StepStats{};
+  error_ = nullptr;
+  active_ = true;
+}
+
+void BucketExchange::Gradient(size_t key, const torch::Tensor& grad) {
+  if (!active_) return;  // a backward outside a step (evaluation probes): not ours
+  GP_ENFORCE(key < grads_.size(), "BucketExchange: key ", key, " outside the model");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (grads_[key].defined()) return;  // a second contribution would change a sent gradient
+  grads_[key] = grad;
+  if (--pending_[bucket_of_[key]] == 0) Enqueue(bucket_of_[key]);
+}
+
+void BucketExchange::Enqueue(int bucket) {
+  queue_.push_back(bucket);
+  ++outstanding_;
+  cv_.notify_all();
+}
+
+StepStats BucketExchange::Finish(const std::vector<torch::Tensor>& like, double* exposed_ms) {
+  GP_ENFORCE(active_, "BucketExchange::Finish without Begin");
+  Timer waited;
+  std::unique_lock<std::mutex> lock(mu_);
+  // Keys without a gradient (unused parameters): zeros, in reverse order like backward.
+  for (size_t i = grads_.size(); i-- > 0;) {
+    if (grads_[i].defined()) continue;
+    grads_[i] = torch::zeros_like(like[i]);
+    if (--pending_[bucket_of_[i]] == 0) Enqueue(bucket_of_[i]);
+  }
+  cv_.wait(lock, [&] { return outstanding_ == 0; });
+  active_ = false;
+  if (exposed_ms) *exposed_ms = waited.ElapsedMs();
+  for (auto& g : grads_) g = torch::Tensor();  // the autograd buffers are free again
+  if (error_) std::rethrow_exception(error_);
+  return sum_;
+}
+
+void BucketExchange::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    const int bucket = queue_.front();
+    queue_.pop_front();
+    const int64_t step = step_;
+    std::vector<torch::Tensor>* out = out_;
+    // The bucket's gradients (the training thread goes on filling other keys of grads_).
+    const auto [begin, end] = client_->BucketKeys(bucket);
+    std::vector<torch::Tensor> grads(grads_.size());
+    for (size_t i = begin; i < end; ++i) grads[i] = grads_[i];
+    const bool failed = error_ != nullptr;
+    lock.unlock();
+    StepStats st;
+    std::exception_ptr error;
+    if (!failed) {  // after a failure the others are not sent: Finish rethrows it
+      try {
+        st = client_->PushPullBucket(step, bucket, grads, out);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    lock.lock();
+    if (error && !error_) error_ = error;
+    sum_.bytes_up += st.bytes_up;
+    sum_.bytes_down += st.bytes_down;
+    sum_.encode_ms += st.encode_ms;
+    sum_.decode_ms += st.decode_ms;
+    sum_.network_ms += st.network_ms;
+    sum_.wait_ms += st.wait_ms;
+    sum_.server_ms += st.server_ms;
+    sum_.server_step = std::max(sum_.server_step, st.server_step);
+    sum_.contributors = std::max(sum_.contributors, st.contributors);
+    sum_.retries += st.retries;
+    --outstanding_;
+    cv_.notify_all();
+  }
+}
+
+}  // namespace gradpress::worker

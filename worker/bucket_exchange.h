@@ -1,0 +1,84 @@
+#pragma once
+// BucketExchange: the pipelined step of methods 1-5 (sync mode, sync.every 1). The model is
+// split into buckets of consecutive keys of about sync.bucket_mb each, formed in reverse
+// parameter order (the order backward produces gradients; a key larger than a bucket is a
+// bucket of its own). Each bucket is handed to a communication thread as soon as all of its
+// gradients exist -- from autograd hooks on the parameters while backward still runs
+// (sync.overlap) -- and exchanged with PsClient::PushPullBucket: encoded, pushed, completed by
+// the server once every live worker pushed it, pulled and decoded into the caller's tensors,
+// while later buckets are still being produced and pushed. Codecs and their state stay per
+// key, so the split changes no codec's math: the weights are bit-identical to the serial step.
+//
+//   auto split = BucketExchange::Split(params, config.sync.bucket_mb);   // keys per bucket
+//   client.Register(specs, split);
+//   BucketExchange ex(&client, split, /*threads=*/3);
+//   ex.Begin(step, &out);                     // before backward
+//   ... ex.Gradient(i, grad) from each parameter's hook (or after backward) ...
+//   StepStats s = ex.Finish();                // after backward: waits for every bucket
+//
+// Finish sums the buckets' bytes and times (encode, decode, network and wait are summed over
+// buckets, so they may exceed the wall time they overlap), fills keys that got no gradient
+// with zeros, and rethrows the first bucket's error (the same gradpress::Error type) once
+// every bucket has ended.
+// Thread-safety: Begin, Gradient and Finish on one thread (the training thread; autograd runs
+// CPU hooks on the thread that called backward); the exchange itself runs on its own threads.
+#include <torch/types.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "worker/ps_client.h"
+
+namespace gradpress::worker {
+
+class BucketExchange {
+ public:
+  // Keys per bucket in model order for tensors `params` (model order), grouping from the last
+  // key backwards until a bucket holds at least bucket_mb MiB of float32.
+  static std::vector<int> Split(const std::vector<torch::Tensor>& params, double bucket_mb);
+
+  BucketExchange(PsClient* client, const std::vector<int>& bucket_keys, int threads);
+  ~BucketExchange();
+  BucketExchange(const BucketExchange&) = delete;
+  BucketExchange& operator=(const BucketExchange&) = delete;
+
+  int buckets() const { return static_cast<int>(pending_init_.size()); }
+  // Starts a step: the results will be written into `out` (the whole model, model order).
+  void Begin(int64_t step, std::vector<torch::Tensor>* out);
+  // Key i's gradient for this step (held, not copied: it must not change until Finish).
+  // The bucket goes out once all of its keys have one.
+  void Gradient(size_t key, const torch::Tensor& grad);
+  // Waits for every bucket; keys that got no gradient are exchanged as zeros of `like`'s
+  // shapes first. Returns the summed stats; exposed_ms is the wait here.
+  StepStats Finish(const std::vector<torch::Tensor>& like, double* exposed_ms = nullptr);
+  bool active() const { return active_; }
+
+ private:
+  void Run();
+  void Enqueue(int bucket);  // mu_ held
+
+  PsClient* client_;
+  std::vector<int> bucket_of_;     // per key
+  std::vector<int> pending_init_;  // keys per bucket
+  std::vector<int> pending_;       // keys still missing per bucket, this step
+  std::vector<torch::Tensor> grads_;
+  std::vector<torch::Tensor>* out_ = nullptr;
+  int64_t step_ = 0;
+  bool active_ = false;
+
+  std::mutex mu_;
+  std::condition_variable cv_;  // work queued, a bucket done, or stop
+  std::deque<int> queue_;       // buckets ready to go, in readiness order
+  int outstanding_ = 0;         // buckets queued or in flight
+  StepStats sum_;
+  std::exception_ptr error_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace gradpress::worker
