@@ -28,6 +28,33 @@ std::vector<int> BucketExchange::Split(const std::vector<torch::Tensor>& params,
   return {reversed.rbegin(), reversed.rend()};
 }
 
+class BucketExchange::Turn : public Uplink {
+ public:
+  Turn(BucketExchange* ex, uint64_t ticket) : ex_(ex), ticket_(ticket) {}
+  void Acquire() override {
+    std::unique_lock<std::mutex> lock(ex_->mu_);
+    ex_->cv_.wait(lock, [&] { return ex_->serving_ == ticket_; });
+  }
+  void Release() override {
+    std::lock_guard<std::mutex> lock(ex_->mu_);
+    if (done_) return;
+    done_ = true;
+    ex_->serving_ = ticket_ + 1;
+    ex_->cv_.notify_all();
+  }
+  void ReleaseIfPending() {  // the call ended (or never ran) without taking its turn
+    if (!done_) {
+      Acquire();
+      Release();
+    }
+  }
+
+ private:
+  BucketExchange* ex_;
+  uint64_t ticket_;
+  bool done_ = false;
+};
+
 BucketExchange::BucketExchange(PsClient* client, const std::vector<int>& bucket_keys, int threads)
     : client_(client), pending_init_(bucket_keys) {
   GP_ENFORCE(!bucket_keys.empty(), "BucketExchange needs at least one bucket");
@@ -107,16 +134,18 @@ void BucketExchange::Run() {
     std::vector<torch::Tensor> grads(grads_.size());
     for (size_t i = begin; i < end; ++i) grads[i] = grads_[i];
     const bool failed = error_ != nullptr;
+    Turn turn(this, next_ticket_++);
     lock.unlock();
     StepStats st;
     std::exception_ptr error;
     if (!failed) {  // after a failure the others are not sent: Finish rethrows it
       try {
-        st = client_->PushPullBucket(step, bucket, grads, out);
+        st = client_->PushPullBucket(step, bucket, grads, out, &turn);
       } catch (...) {
         error = std::current_exception();
       }
     }
+    turn.ReleaseIfPending();
     lock.lock();
     if (error && !error_) error_ = error;
     sum_.bytes_up += st.bytes_up;

@@ -61,6 +61,10 @@ class BucketExchange {
  private:
   void Run();
   void Enqueue(int bucket);  // mu_ held
+  // The uplink in readiness order: the bucket dequeued n-th writes n-th (one at a time, so
+  // each push gets the whole uplink and finishes early), and is pulled while later ones go up.
+  class Turn;
+  uint64_t next_ticket_ = 0, serving_ = 0;  // mu_
 
   PsClient* client_;
   std::vector<int> bucket_of_;     // per key

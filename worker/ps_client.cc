@@ -332,14 +332,28 @@ StepStats PsClient::PushPull(int64_t step, const std::vector<torch::Tensor>& gra
 
 StepStats PsClient::PushPullBucket(int64_t step, int bucket,
                                    const std::vector<torch::Tensor>& grads,
-                                   std::vector<torch::Tensor>* out) {
+                                   std::vector<torch::Tensor>* out, Uplink* upload) {
   BucketKeys(bucket);  // checks the index
-  return Exchange(step, 0, impl_->buckets.size() > 1 ? bucket : -1, grads, out);
+  return Exchange(step, 0, impl_->buckets.size() > 1 ? bucket : -1, grads, out, upload);
 }
 
 StepStats PsClient::Exchange(int64_t step, int64_t base_step, int bucket,
                              const std::vector<torch::Tensor>& grads,
-                             std::vector<torch::Tensor>* out) {
+                             std::vector<torch::Tensor>* out, Uplink* upload) {
+  struct Turn {  // our turn on the uplink, while encoding and writing
+    Uplink* uplink;
+    bool held = false;
+    void Take() {
+      if (uplink && !held) uplink->Acquire();
+      held = uplink != nullptr;
+    }
+    void Give() {
+      if (held) uplink->Release();
+      held = false;
+    }
+    ~Turn() { Give(); }
+  } turn{upload};
+  turn.Take();
   StepStats st;
   const auto [begin, end] =
       bucket >= 0 ? impl_->buckets[bucket] : std::pair<size_t, size_t>{0, impl_->model.size()};
@@ -355,9 +369,11 @@ StepStats PsClient::Exchange(int64_t step, int64_t base_step, int bucket,
         std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
             grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
                 impl_->channel.get(), method, ctx));
+        turn.Take();
         if (stream->Write(HeaderMessage(opt_, step, base_step, server_lr_, bucket)))
           WriteRawPush(stream.get(), pushes);
         stream->WritesDone();
+        turn.Give();  // the next bucket's push goes out while this one is completed and pulled
         got = std::make_unique<ResultReader>(*impl_, out, begin, end);
         const bool ok = got->Read(stream.get());
         transport::ThrowIfError(stream->Finish(), "PushPull");

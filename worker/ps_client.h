@@ -86,6 +86,15 @@ struct StepStats {
   int retries = 0;  // attempts of this call that failed UNAVAILABLE and were retried
 };
 
+// A turn on the uplink (PushPullBucket): Acquire before encoding and writing, Release once the
+// push is written (also when the call fails).
+class Uplink {
+ public:
+  virtual ~Uplink() = default;
+  virtual void Acquire() = 0;
+  virtual void Release() = 0;
+};
+
 class PsClient {
  public:
   explicit PsClient(ClientOptions options);
@@ -106,9 +115,11 @@ class PsClient {
                      std::vector<torch::Tensor>* out, int64_t base_step = 0);
   // Bucket `bucket` of a split model: pushes grads[begin, end) of it and writes the bucket's
   // result into (*out)[begin, end); grads and out hold the whole model (other keys are not
-  // touched). Safe to call concurrently for different buckets.
+  // touched). Safe to call concurrently for different buckets. upload (optional) is held
+  // while the bucket is encoded and written, so that concurrent buckets take the uplink one
+  // after the other (each at the full rate) while earlier ones are being pulled.
   StepStats PushPullBucket(int64_t step, int bucket, const std::vector<torch::Tensor>& grads,
-                           std::vector<torch::Tensor>* out);
+                           std::vector<torch::Tensor>* out, Uplink* upload = nullptr);
   // Push alone (async, or sync without waiting); then Pull for the newest result.
   StepStats Push(int64_t step, const std::vector<torch::Tensor>& grads, int64_t base_step = 0);
   // Sync: waits for `step`'s result (-1: the newest completed). Async: current weights.
@@ -147,7 +158,8 @@ class PsClient {
  private:
   bool UploadWeights(bool publish, int64_t round, const std::vector<torch::Tensor>& params);
   StepStats Exchange(int64_t step, int64_t base_step, int bucket,
-                     const std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>* out);
+                     const std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>* out,
+                     Uplink* upload = nullptr);
   ClientOptions opt_;
   std::optional<double> server_lr_;
   std::unique_ptr<Impl> impl_;

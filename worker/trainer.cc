@@ -117,7 +117,7 @@ Trainer::Trainer(TrainerOptions options)
     buckets_ = std::make_unique<BucketExchange>(
         client_.get(),
         bucket_keys_.empty() ? std::vector<int>{static_cast<int>(params_.size())} : bucket_keys_,
-        std::min(3, buckets));
+        std::min(8, buckets));
     // DGC's clipping needs every gradient first: its buckets go out after backward.
     hooks_ = c.compress.clip_norm <= 0;
     if (hooks_) {
