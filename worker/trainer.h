@@ -6,7 +6,8 @@
 // The pipelined step (sync.overlap, methods 1-5 in sync mode; bucket_exchange.h): autograd
 // hooks on the parameters hand each bucket of gradients to the exchange threads while
 // backward still runs; the step then waits for the buckets still out (exposed_comm_ms) and
-// applies them. Off, or for method 6, gaussian and async: the serial step. Both give the same
+// applies them. Off, for a model that fits one bucket, or for method 6, gaussian and async:
+// the serial step. Both give the same
 // weights. The next batch is gathered (and augmented) on a second thread while a step runs.
 //
 //   TrainerOptions o{config, /*rank=*/0, /*workers=*/2, "127.0.0.1:50051", run_dir};

@@ -1,0 +1,183 @@
+// Trainer::Run: the epoch loop (data order, prefetching, checkpoints, rejoin, evaluation,
+// dynamic compression, the run directory's lines). The step itself is in trainer.cc.
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <future>
+#include <random>
+
+#include "common/error.h"
+#include "common/json_line.h"
+#include "common/timer.h"
+#include "worker/data/sampler.h"
+#include "worker/data/transforms.h"
+#include "worker/lr_schedule.h"
+#include "worker/trainer.h"
+
+namespace gradpress::worker {
+
+TrainSummary Trainer::Run() {
+  const Config& c = opt_.config;
+  Timer wall;
+  if (!opt_.run_dir.empty()) std::filesystem::create_directories(opt_.run_dir);
+  Connect();
+  const int64_t n = data_.train.size();
+  const int64_t shard = data::ShardSize(n, opt_.workers);
+  const int64_t batch = c.train.batch_size;
+  const int64_t steps_per_epoch = std::max<int64_t>(1, (shard + batch - 1) / batch);
+  const bool augment = c.dataset.name == "cifar10";
+
+  TrainSummary s;
+  double sum_up = 0, sum_down = 0;
+  Timer since_log;
+  int64_t log_images = 0;
+  int64_t done = 0;
+  // Resume position: a worker that joined late starts at the server's step.
+  for (int64_t epoch = step_ / steps_per_epoch; epoch < c.train.epochs; ++epoch) {
+    Timer epoch_timer;
+    const std::vector<int64_t> idx =
+        data::EpochIndices(n, opt_.rank, opt_.workers, epoch, static_cast<uint64_t>(c.train.seed));
+    int64_t correct = 0, seen = 0;
+    bool stop = false, rejoined = false;
+    if (c.compress.warmup_epochs > 0) {
+      const double density = WarmupDensity(push_ratio_, c.compress.warmup_epochs, epoch);
+      GP_ENFORCE(client_->SetPushDensity(density), "compress.warmup_epochs: push codec '",
+                 c.push.codec, "' has no density to warm up");
+      if (epoch <= c.compress.warmup_epochs) {
+        spdlog::info("worker-{} epoch {}: push density {:.6g} (sparsity warm-up)", opt_.rank, epoch,
+                     density);
+        AppendLine(JsonLine()
+                       .Int("rank", opt_.rank)
+                       .Int("epoch", epoch)
+                       .Int("step", step_)
+                       .Num("push_density", density)
+                       .Done());
+      }
+    }
+    // The next batch is gathered and augmented on another thread while a step runs; it
+    // draws from a copy of the RNG, adopted when the batch is used, so checkpoints (taken
+    // between steps) hold the RNG of the step they are at.
+    struct Batch {
+      torch::Tensor images, labels;
+      int64_t size = 0;
+      std::mt19937_64 rng;
+    };
+    auto load = [&](int64_t i, std::mt19937_64 rng) {
+      data::Dataset d = data::GatherBatch(data_.train, idx, i * batch, (i + 1) * batch);
+      Batch out{augment ? data::AugmentCifar(d.images, &rng) : d.images, d.labels, d.size(), rng};
+      return out;
+    };
+    std::future<Batch> next;
+    for (int64_t i = step_ - epoch * steps_per_epoch; i < steps_per_epoch; ++i) {
+      if ((opt_.max_steps > 0 && done >= opt_.max_steps) || (opt_.stop && opt_.stop->load())) {
+        stop = true;
+        break;
+      }
+      const double lr = ScheduledLr(c.train, static_cast<double>(step_) / steps_per_epoch);
+      // Methods 1-2: the server's SGD steps with the schedule; 3-5: its shadow weights do.
+      if (!periodic() && !gaussian_) client_->set_server_lr(lr);
+      if (!exchange_weights_) ApplyLr(lr);
+      Batch b = next.valid() ? next.get() : load(i, rng_);
+      rng_ = b.rng;  // the augmentation RNG after this batch (checkpointed with the step)
+      if (i + 1 < steps_per_epoch) next = std::async(std::launch::async, load, i + 1, rng_);
+      StepMetrics m;
+      try {
+        m = Step(b.images, b.labels);
+      } catch (const Error& e) {
+        if (!LostByServer(e)) throw;
+        const int64_t lost = Rejoin(e);
+        if (lost < 0) throw;
+        done = std::max<int64_t>(0, done - lost);  // max_steps counts the steps kept
+        ++s.rejoins;
+        rejoined = true;
+        break;
+      }
+      correct += m.correct;
+      seen += b.size;
+      ++done;
+      const bool exchanged = !periodic() || since_sync_ == 0;
+      if (c.train.checkpoint_every > 0 && exchanged &&
+          server_step() % c.train.checkpoint_every == 0)
+        WriteCheckpoint();
+      sum_up += m.bytes_up;
+      sum_down += m.bytes_down;
+      s.step_ms += m.step_ms;
+      s.compute_ms += m.compute_ms;
+      s.encode_ms += m.encode_ms;
+      s.decode_ms += m.decode_ms;
+      s.network_ms += m.network_ms;
+      s.wait_ms += m.wait_ms;
+      s.exposed_comm_ms += m.exposed_comm_ms;
+      s.retries += m.retries;
+      AppendLine(StepJson(opt_.rank, m).Done());
+      log_images += b.size;
+      if (c.train.log_every > 0 && m.step % c.train.log_every == 0) {
+        spdlog::info(
+            "worker-{} epoch {} step {} loss {:.4f} {:.0f} images/s up {} B down {} B per step "
+            "ratio {:.1f}/{:.1f}",
+            opt_.rank, epoch, m.step, m.loss,
+            log_images / std::max(1e-9, since_log.ElapsedSeconds()), m.bytes_up, m.bytes_down,
+            m.bytes_up ? static_cast<double>(dense_bytes_) / m.bytes_up : 0.0,
+            m.bytes_down ? static_cast<double>(dense_bytes_) / m.bytes_down : 0.0);
+        since_log.Restart();
+        log_images = 0;
+      }
+    }
+    if (rejoined) {
+      // Back to the server's step: restart the loop at its epoch and batch.
+      epoch = step_ / steps_per_epoch - 1;
+      continue;
+    }
+    if (stop) WriteCheckpoint();  // the state right after the last step, before evaluation
+    if (seen == 0 && stop) break;
+    EpochMetrics em;
+    em.epoch = epoch;
+    em.train_acc = seen > 0 ? static_cast<double>(correct) / seen : 0.0;
+    em.test_acc = periodic() ? EndEpochPeriodic(epoch, &sum_up, &sum_down) : Evaluate();
+    em.epoch_s = epoch_timer.ElapsedSeconds();
+    s.epoch_metrics.push_back(em);
+    s.test_acc = em.test_acc;
+    ++s.epochs;
+    AppendLine(JsonLine()
+                   .Int("rank", opt_.rank)
+                   .Int("epoch", em.epoch)
+                   .Int("step", step_)
+                   .Num("bytes_total", sum_up + sum_down)  // this worker's, cumulative
+                   .Num("train_acc", em.train_acc)
+                   .Num("test_acc", em.test_acc)
+                   .Num("epoch_s", em.epoch_s)
+                   .Done());
+    spdlog::info("worker-{} epoch {} train_acc {:.4f} test_acc {:.4f} ({:.1f} s)", opt_.rank, epoch,
+                 em.train_acc, em.test_acc, em.epoch_s);
+    if (controller_ && seen > 0 && !stop) {
+      // The training loss on the same fixed training images on every worker (their weights
+      // are equal), so all workers take the same decision; the mean loss of their own
+      // batches differs by shard.
+      const CompressionDecision d = controller_->Update(em.test_acc, ProbeTrainLoss(4096));
+      if (d.changed) SetPushCodec(d, epoch);
+    }
+    if (stop) break;
+  }
+  WriteCheckpoint();  // the end state (a no-op if the last step's checkpoint exists)
+  s.steps = done;
+  const double d = std::max<int64_t>(1, done);
+  s.bytes_up_per_step = sum_up / d;
+  s.bytes_down_per_step = sum_down / d;
+  s.ratio_up = sum_up > 0 ? dense_bytes_ * d / sum_up : 0.0;
+  s.ratio_down = sum_down > 0 ? dense_bytes_ * d / sum_down : 0.0;
+  s.step_ms /= d;
+  s.compute_ms /= d;
+  s.encode_ms /= d;
+  s.decode_ms /= d;
+  s.network_ms /= d;
+  s.wait_ms /= d;
+  s.exposed_comm_ms /= d;
+  s.overlap = pipelined();
+  s.wall_s = wall.ElapsedSeconds();
+  if (opt_.rank == 0 && done > 0) WriteSummary(s);  // a resumed, finished run keeps its own
+  if (done == 0) spdlog::info("worker-{}: nothing left to train at step {}", opt_.rank, step_);
+  return s;
+}
+
+}  // namespace gradpress::worker
