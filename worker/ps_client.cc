@@ -121,29 +121,6 @@ std::pair<size_t, size_t> PsClient::BucketKeys(int bucket) const {
   return impl_->buckets[bucket];
 }
 
-double DecodeInto(PsClient::Impl& impl, const std::vector<KeyPayload>& got,
-                  std::vector<torch::Tensor>* out, uint64_t* bytes) {
-  GP_ENFORCE(got.size() == impl.model.size(), "server sent ", got.size(),
-             " tensors for a model of ", impl.model.size(), " keys");
-  Timer t;
-  for (size_t i = 0; i < got.size(); ++i) {
-    GP_ENFORCE(got[i].key == impl.model[i].key, "server sent key '", got[i].key, "' where '",
-               impl.model[i].key, "' was expected");
-    *bytes += got[i].payload.bytes.size();
-    const compressors::Payload& p = got[i].payload;
-    torch::Tensor& o = (*out)[i];
-    GP_ENFORCE(p.shape == impl.model[i].shape, "server sent key '", got[i].key, "' with shape ",
-               ShapeToString(p.shape));
-    if (o.device().is_cpu() && o.scalar_type() == torch::kFloat32 && o.is_contiguous()) {
-      impl.Decoder(p.codec).DecodeTo(p.bytes, o.numel(), o.data_ptr<float>());  // in place
-    } else {
-      torch::NoGradGuard no_grad;
-      o.copy_(impl.Decoder(p.codec).Decode(p));
-    }
-  }
-  return t.ElapsedMs();
-}
-
 namespace {
 
 // The tensor methods on raw byte buffers (transport/wire.h): the same bytes as the generated
@@ -441,25 +418,6 @@ StepStats PsClient::Pull(std::vector<torch::Tensor>* out, int64_t step) {
   st.decode_ms = got->DecodeRest();
   st.bytes_down = got->bytes;
   return st;
-}
-
-int64_t PsClient::Heartbeat() {
-  proto::HeartbeatRequest req;
-  req.set_worker_id(opt_.worker_id);
-  req.set_incarnation(opt_.incarnation);
-  return WithRetry(*impl_, opt_, "Heartbeat", [&](grpc::ClientContext* ctx) {
-    proto::HeartbeatReply r;
-    transport::ThrowIfError(impl_->stub->Heartbeat(ctx, req, &r), "Heartbeat");
-    return r.server_step();
-  });
-}
-
-std::string PsClient::StatsText() {
-  return WithRetry(*impl_, opt_, "Stats", [&](grpc::ClientContext* ctx) {
-    proto::StatsReply r;
-    transport::ThrowIfError(impl_->stub->Stats(ctx, proto::StatsRequest{}, &r), "Stats");
-    return r.prometheus();
-  });
 }
 
 }  // namespace gradpress::worker
