@@ -4,7 +4,7 @@
 // parameter order (the order backward produces gradients; a key larger than a bucket is a
 // bucket of its own). Each bucket is handed to a communication thread as soon as all of its
 // gradients exist -- from autograd hooks on the parameters while backward still runs
-// (sync.overlap) -- and exchanged with PsClient::PushPullBucket: encoded, pushed, completed by
+// (sync.overlap) -- and exchanged with ServerClient::PushPullBucket: encoded, pushed, completed by
 // the server once every live worker pushed it, pulled and decoded into the caller's tensors,
 // while later buckets are still being produced and pushed. Codecs and their state stay per
 // key, so the split changes no codec's math: the weights are bit-identical to the serial step.
@@ -32,7 +32,7 @@
 #include <thread>
 #include <vector>
 
-#include "worker/ps_client.h"
+#include "worker/server_client.h"
 
 namespace gradpress::worker {
 
@@ -42,7 +42,7 @@ class BucketExchange {
   // key backwards until a bucket holds at least bucket_mb MiB of float32.
   static std::vector<int> Split(const std::vector<torch::Tensor>& params, double bucket_mb);
 
-  BucketExchange(PsClient* client, const std::vector<int>& bucket_keys, int threads);
+  BucketExchange(ServerClient* client, const std::vector<int>& bucket_keys, int threads);
   ~BucketExchange();
   BucketExchange(const BucketExchange&) = delete;
   BucketExchange& operator=(const BucketExchange&) = delete;
@@ -66,7 +66,7 @@ class BucketExchange {
   class Turn;
   uint64_t next_ticket_ = 0, serving_ = 0;  // mu_
 
-  PsClient* client_;
+  ServerClient* client_;
   std::vector<int> bucket_of_;     // per key
   std::vector<int> pending_init_;  // keys per bucket
   std::vector<int> pending_;       // keys still missing per bucket, this step

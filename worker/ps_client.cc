@@ -27,9 +27,7 @@
 
 namespace gradpress::worker {
 
-PsClient::PsClient(ClientOptions options) : opt_(std::move(options)), impl_(new Impl) {
-  compressors::RegisterBuiltinCompressors();
-  compressors::MakeCompressor(opt_.push);  // a bad push codec fails here, not at step 1
+PsClient::PsClient(ClientOptions options) : ServerClient(std::move(options)), impl_(new Impl) {
   impl_->security = transport::LoadClientSecurity(opt_.security);  // files, token rules
   if (opt_.faults.ClientSide()) {
     impl_->faults = std::make_unique<transport::FaultInjector>(opt_.faults,
@@ -63,16 +61,7 @@ std::string GaveUpMessage(const PsClient::Impl& impl, const ClientOptions& opt, 
 
 RegisterInfo PsClient::Register(const std::vector<TensorSpec>& model,
                                 const std::vector<int>& bucket_keys) {
-  std::vector<std::pair<size_t, size_t>> buckets;
-  size_t begin = 0;
-  for (int n : bucket_keys) {
-    GP_ENFORCE(n >= 1, "Register: a bucket of ", n, " keys");
-    buckets.emplace_back(begin, begin + n);
-    begin += n;
-  }
-  GP_ENFORCE(bucket_keys.empty() || begin == model.size(), "Register: buckets hold ", begin,
-             " keys, the model has ", model.size());
-  if (buckets.empty()) buckets.emplace_back(0, model.size());
+  std::vector<std::pair<size_t, size_t>> buckets = SplitBuckets(model, bucket_keys);
   proto::RegisterRequest req;
   if (buckets.size() > 1)
     for (int n : bucket_keys) req.add_bucket_keys(n);
@@ -85,10 +74,7 @@ RegisterInfo PsClient::Register(const std::vector<TensorSpec>& model,
     transport::ThrowIfError(impl_->stub->Register(ctx, req, &r), "Register");
     return r;
   });
-  impl_->model = model;
-  impl_->buckets = std::move(buckets);
-  impl_->push.clear();
-  for (const auto& s : model) impl_->push.push_back(MakePushCodec(opt_, s));
+  SetModel(model, std::move(buckets));
   if (opt_.heartbeat_s > 0 && !impl_->hb_thread.joinable()) {
     impl_->hb_thread = std::thread([this] {
       std::unique_lock<std::mutex> lock(impl_->hb_mu);
@@ -113,14 +99,6 @@ RegisterInfo PsClient::Register(const std::vector<TensorSpec>& model,
   return {reply.rank(), reply.world_size(), reply.server_step(), reply.initialized()};
 }
 
-int PsClient::buckets() const { return std::max<int>(1, impl_->buckets.size()); }
-
-std::pair<size_t, size_t> PsClient::BucketKeys(int bucket) const {
-  GP_ENFORCE(bucket >= 0 && static_cast<size_t>(bucket) < impl_->buckets.size(), "bucket ", bucket,
-             " outside the ", impl_->buckets.size(), " registered");
-  return impl_->buckets[bucket];
-}
-
 namespace {
 
 // The tensor methods on raw byte buffers (transport/wire.h): the same bytes as the generated
@@ -137,23 +115,23 @@ struct KeyPush {
 };
 
 // Encodes the keys [begin, end) (a bucket; 0, n: the whole model).
-std::vector<KeyPush> EncodeAll(PsClient::Impl& impl, int64_t step,
+std::vector<KeyPush> EncodeAll(ServerClient& c, int64_t step,
                                const std::vector<torch::Tensor>& grads, StepStats* st, size_t begin,
                                size_t end) {
-  CheckTensors(impl.model, grads, "push", begin, end);
+  c.CheckTensors(grads, "push", begin, end);
   Timer t;
   std::vector<KeyPush> pushes(end - begin);
   for (size_t i = begin; i < end; ++i) {
     KeyPush& p = pushes[i - begin];
-    p.payload.key = impl.model[i].key;
-    if (dynamic_cast<const compressors::NoneCompressor*>(impl.push[i].get()) != nullptr) {
+    p.payload.key = c.model()[i].key;
+    if (dynamic_cast<const compressors::NoneCompressor*>(&c.push_codec(i)) != nullptr) {
       p.raw = grads[i].detach().to(torch::kCPU, torch::kFloat32).contiguous();
       p.payload.payload.codec = "none";
-      p.payload.payload.shape = impl.model[i].shape;
+      p.payload.payload.shape = c.model()[i].shape;
       st->bytes_up += p.raw.numel() * sizeof(float);
       continue;
     }
-    p.payload.payload = impl.push[i]->Encode(grads[i], {impl.model[i].key, step});
+    p.payload.payload = c.push_codec(i).Encode(grads[i], {c.model()[i].key, step});
     st->bytes_up += p.payload.payload.bytes.size();
   }
   st->encode_ms = t.ElapsedMs();
@@ -195,7 +173,8 @@ grpc::ByteBuffer HeaderMessage(const ClientOptions& opt, int64_t step, int64_t b
 // are reassembled and decoded once the stream has ended (DecodeRest). Returns false if the
 // stream ended before its header (the status says why).
 struct ResultReader {
-  PsClient::Impl& impl;
+  ServerClient& client;
+  const std::vector<TensorSpec>& model;
   std::vector<torch::Tensor>* out;
   size_t begin, end;                 // the keys expected (a bucket, or the whole model)
   std::vector<TensorSpec> expected;  // model[begin, end): the assembler points into it
@@ -204,13 +183,14 @@ struct ResultReader {
   transport::PayloadAssembler assembler;
   uint64_t bytes = 0;
 
-  ResultReader(PsClient::Impl& i, std::vector<torch::Tensor>* o, size_t b, size_t e)
-      : impl(i),
+  ResultReader(ServerClient& c, std::vector<torch::Tensor>* o, size_t b, size_t e)
+      : client(c),
+        model(c.model()),
         out(o),
         begin(b),
         end(e),
-        expected(i.model.begin() + b, i.model.begin() + e),
-        direct(i.model.size(), kNotDirect),
+        expected(model.begin() + b, model.begin() + e),
+        direct(model.size(), kNotDirect),
         assembler(expected) {}
   static constexpr uint64_t kNotDirect = ~uint64_t{0};
 
@@ -233,14 +213,14 @@ struct ResultReader {
   void Chunk(transport::WireMessage* m) {
     proto::TensorChunk& c = m->chunk;
     size_t i = begin;
-    while (i < end && impl.model[i].key != c.key()) ++i;
+    while (i < end && model[i].key != c.key()) ++i;
     GP_ENFORCE(i < end, "server sent unknown key '", c.key(), "'");
     torch::Tensor& o = (*out)[i];
     const uint64_t size = static_cast<uint64_t>(o.numel()) * sizeof(float);
     const bool can =
         c.codec() == "none" && o.device().is_cpu() && o.scalar_type() == torch::kFloat32 &&
         o.is_contiguous() && c.total_bytes() == size &&
-        std::vector<int64_t>(c.shape().begin(), c.shape().end()) == impl.model[i].shape;
+        std::vector<int64_t>(c.shape().begin(), c.shape().end()) == model[i].shape;
     if (c.offset() == 0 && can) direct[i] = 0;
     if (direct[i] == kNotDirect) {  // reassembled, decoded at the end
       std::string data;
@@ -269,21 +249,21 @@ struct ResultReader {
     for (size_t i = begin; i < end; ++i) {
       if (direct[i] != kNotDirect) {
         GP_ENFORCE(direct[i] == static_cast<uint64_t>((*out)[i].numel()) * sizeof(float),
-                   "server sent ", direct[i], " bytes of key '", impl.model[i].key, "'");
+                   "server sent ", direct[i], " bytes of key '", model[i].key, "'");
         continue;
       }
-      GP_ENFORCE(r < rest.size() && rest[r].key == impl.model[i].key, "server sent no key '",
-                 impl.model[i].key, "'");
+      GP_ENFORCE(r < rest.size() && rest[r].key == model[i].key, "server sent no key '",
+                 model[i].key, "'");
       const compressors::Payload& p = rest[r++].payload;
       bytes += p.bytes.size();
-      GP_ENFORCE(p.shape == impl.model[i].shape, "server sent key '", impl.model[i].key,
+      GP_ENFORCE(p.shape == model[i].shape, "server sent key '", model[i].key,
                  "' with shape ", ShapeToString(p.shape));
       torch::Tensor& o = (*out)[i];
       if (o.device().is_cpu() && o.scalar_type() == torch::kFloat32 && o.is_contiguous()) {
-        impl.Decoder(p.codec).DecodeTo(p.bytes, o.numel(), o.data_ptr<float>());  // in place
+        client.Decoder(p.codec).DecodeTo(p.bytes, o.numel(), o.data_ptr<float>());  // in place
       } else {
         torch::NoGradGuard no_grad;
-        o.copy_(impl.Decoder(p.codec).Decode(p));
+        o.copy_(client.Decoder(p.codec).Decode(p));
       }
     }
     GP_ENFORCE(r == rest.size(), "server sent ", rest.size() - r, " extra keys");
@@ -302,8 +282,8 @@ void FillFromHeader(const proto::PullHeader& h, double rpc_ms, StepStats* st) {
 
 StepStats PsClient::PushPull(int64_t step, const std::vector<torch::Tensor>& grads,
                              std::vector<torch::Tensor>* out, int64_t base_step) {
-  GP_ENFORCE(impl_->buckets.size() <= 1, "PushPull: the model is split into ",
-             impl_->buckets.size(), " buckets: exchange them with PushPullBucket");
+  GP_ENFORCE(buckets() <= 1, "PushPull: the model is split into ", buckets(),
+             " buckets: exchange them with PushPullBucket");
   return Exchange(step, base_step, -1, grads, out);
 }
 
@@ -311,7 +291,7 @@ StepStats PsClient::PushPullBucket(int64_t step, int bucket,
                                    const std::vector<torch::Tensor>& grads,
                                    std::vector<torch::Tensor>* out, Uplink* upload) {
   BucketKeys(bucket);  // checks the index
-  return Exchange(step, 0, impl_->buckets.size() > 1 ? bucket : -1, grads, out, upload);
+  return Exchange(step, 0, buckets() > 1 ? bucket : -1, grads, out, upload);
 }
 
 StepStats PsClient::Exchange(int64_t step, int64_t base_step, int bucket,
@@ -332,10 +312,9 @@ StepStats PsClient::Exchange(int64_t step, int64_t base_step, int bucket,
   } turn{upload};
   turn.Take();
   StepStats st;
-  const auto [begin, end] =
-      bucket >= 0 ? impl_->buckets[bucket] : std::pair<size_t, size_t>{0, impl_->model.size()};
-  const std::vector<KeyPush> pushes = EncodeAll(*impl_, step, grads, &st, begin, end);
-  CheckTensors(impl_->model, *out, "PushPull output", begin, end);
+  const auto [begin, end] = Keys(bucket);
+  const std::vector<KeyPush> pushes = EncodeAll(*this, step, grads, &st, begin, end);
+  CheckTensors(*out, "PushPull output", begin, end);
   const grpc::internal::RpcMethod method(kPushPullMethod, grpc::internal::RpcMethod::BIDI_STREAMING,
                                          impl_->channel);
   Timer rpc;
@@ -351,7 +330,7 @@ StepStats PsClient::Exchange(int64_t step, int64_t base_step, int bucket,
           WriteRawPush(stream.get(), pushes);
         stream->WritesDone();
         turn.Give();  // the next bucket's push goes out while this one is completed and pulled
-        got = std::make_unique<ResultReader>(*impl_, out, begin, end);
+        got = std::make_unique<ResultReader>(*this, out, begin, end);
         const bool ok = got->Read(stream.get());
         transport::ThrowIfError(stream->Finish(), "PushPull");
         GP_ENFORCE(ok && got->header.step() >= 0, "PushPull: server sent no result");
@@ -366,7 +345,7 @@ StepStats PsClient::Exchange(int64_t step, int64_t base_step, int bucket,
 
 StepStats PsClient::Push(int64_t step, const std::vector<torch::Tensor>& grads, int64_t base_step) {
   StepStats st;
-  const std::vector<KeyPush> pushes = EncodeAll(*impl_, step, grads, &st, 0, impl_->model.size());
+  const std::vector<KeyPush> pushes = EncodeAll(*this, step, grads, &st, 0, model().size());
   const grpc::internal::RpcMethod method(kPushMethod, grpc::internal::RpcMethod::CLIENT_STREAMING,
                                          impl_->channel);
   Timer rpc;
@@ -391,7 +370,7 @@ StepStats PsClient::Push(int64_t step, const std::vector<torch::Tensor>& grads, 
 }
 
 StepStats PsClient::Pull(std::vector<torch::Tensor>* out, int64_t step) {
-  CheckTensors(impl_->model, *out, "Pull");
+  CheckTensors(*out, "Pull");
   StepStats st;
   proto::PullRequest req;
   req.set_worker_id(opt_.worker_id);
@@ -407,7 +386,7 @@ StepStats PsClient::Pull(std::vector<torch::Tensor>* out, int64_t step) {
         std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
             grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(impl_->channel.get(),
                                                                           method, ctx, req));
-        got = std::make_unique<ResultReader>(*impl_, out, 0, impl_->model.size());
+        got = std::make_unique<ResultReader>(*this, out, 0, model().size());
         const bool ok = got->Read(reader.get());
         transport::ThrowIfError(reader->Finish(), "Pull");
         GP_ENFORCE(ok, "Pull: server sent no result");

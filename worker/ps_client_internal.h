@@ -1,6 +1,6 @@
 #pragma once
 // PsClient's insides, shared by ps_client.cc (registration, the step RPCs) and
-// ps_client_state.cc (weights, elections, codec state). Not part of the public API.
+// ps_client_state.cc (weights, elections, heartbeats, stats). Not part of the public API.
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
@@ -17,8 +17,6 @@
 
 #include "common/error.h"
 #include "common/tensor_bytes.h"
-#include "compressors/momentum_correction.h"
-#include "compressors/registry.h"
 #include "proto/gradpress.grpc.pb.h"
 #include "transport/chunks.h"
 #include "transport/fault_injection.h"
@@ -49,29 +47,7 @@ struct PsClient::Impl {
   std::atomic<uint64_t> retries{0};
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<proto::ParameterServer::Stub> stub;
-  std::vector<TensorSpec> model;
-  std::vector<std::unique_ptr<Compressor>> push;   // per key, with its own error feedback
-  std::vector<std::pair<size_t, size_t>> buckets;  // registered split: keys [begin, end)
-  std::mutex decoders_mu;                          // buckets decode concurrently
-  std::map<std::string, std::unique_ptr<Compressor>> decoders;
-
-  const Compressor& Decoder(const std::string& codec) {
-    std::lock_guard<std::mutex> lock(decoders_mu);
-    auto& d = decoders[codec];
-    if (!d) d = compressors::MakeDecoder(codec);
-    return *d;
-  }
 };
-
-// The push codec (with its error feedback) of one key: small tensors travel uncompressed.
-inline std::unique_ptr<Compressor> MakePushCodec(const ClientOptions& o, const TensorSpec& s) {
-  if (!compressors::TravelsCompressed(s.shape, o.min_numel, o.skip_1d))
-    return compressors::MakeCompressor({});
-  std::unique_ptr<Compressor> c = compressors::MakeCompressor(o.push);
-  if (o.momentum_correction > 0)
-    c = std::make_unique<compressors::MomentumCorrection>(std::move(c), o.momentum_correction);
-  return c;
-}
 
 // Reads a PullHeader and the chunks of a reply stream.
 template <typename Reader>
@@ -159,20 +135,5 @@ void WritePayloads(Writer* writer, const std::vector<KeyPayload>& payloads) {
     if (!ok) return;  // the server ended the call; Finish() says why
   }
 }
-
-// Checks ts (the whole model) against the registered model; the shapes of keys [begin, end).
-inline void CheckTensors(const std::vector<TensorSpec>& model, const std::vector<torch::Tensor>& ts,
-                         const char* what, size_t begin = 0, size_t end = ~size_t{0}) {
-  GP_ENFORCE(!model.empty(), what, ": call Register first");
-  GP_ENFORCE(ts.size() == model.size(), what, ": ", ts.size(), " tensors for a model of ",
-             model.size(), " keys");
-  for (size_t i = begin; i < std::min(end, ts.size()); ++i)
-    GP_ENFORCE(ts[i].sizes().vec() == model[i].shape, what, ": key '", model[i].key, "' has shape ",
-               ShapeToString(ts[i].sizes().vec()), ", registered ", ShapeToString(model[i].shape));
-}
-
-// Writes received payloads into `out` (copy_ handles device and dtype); returns decode ms.
-double DecodeInto(PsClient::Impl& impl, const std::vector<KeyPayload>& got,
-                  std::vector<torch::Tensor>* out, uint64_t* bytes);
 
 }  // namespace gradpress::worker

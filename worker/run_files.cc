@@ -1,5 +1,5 @@
 // The run directory's per-step line and summary.json (shared/DESIGN.md field names), shared
-// by the Trainer and gradpress-sim.
+// by every Trainer (gradpress-worker and gradpress-sim).
 #include <filesystem>
 #include <fstream>
 
@@ -21,6 +21,7 @@ JsonLine StepJson(int rank, const StepMetrics& m) {
       .Num("decode_ms", m.decode_ms)
       .Num("network_ms", m.network_ms)
       .Num("wait_ms", m.wait_ms)
+      .Num("server_ms", m.server_ms)
       .Num("exposed_comm_ms", m.exposed_comm_ms)
       .Bool("overlap", m.overlap);
   if (m.retries > 0) line.Int("retries", m.retries);
@@ -48,6 +49,7 @@ void WriteSummaryJson(const std::string& run_dir, const Config& c, int workers,
       .Num("network_ms", s.network_ms)
       .Num("decode_ms", s.decode_ms)
       .Num("wait_ms", s.wait_ms)
+      .Num("server_ms", s.server_ms)
       .Num("exposed_comm_ms", s.exposed_comm_ms)
       .Bool("overlap", s.overlap)
       .Num("wall_s", s.wall_s)

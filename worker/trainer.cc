@@ -71,8 +71,9 @@ Trainer::Trainer(TrainerOptions options)
              "momentum correction or warm-up");
   torch::set_num_threads(std::max(1, c.train.threads));
 
-  data_ = data::LoadDataset(c.dataset.name, c.dataset.path, c.dataset.subset, c.dataset.test_subset,
-                            static_cast<uint64_t>(c.train.seed));
+  data_ = opt_.data ? *opt_.data
+                    : data::LoadDataset(c.dataset.name, c.dataset.path, c.dataset.subset,
+                                        c.dataset.test_subset, static_cast<uint64_t>(c.train.seed));
   const int64_t channels = data_.train.images.size(1), size = data_.train.images.size(2);
   {
     std::lock_guard<std::mutex> lock(SeedMutex());
@@ -109,7 +110,7 @@ Trainer::Trainer(TrainerOptions options)
   co.heartbeat_s = c.server.worker_timeout_s / 4;
   co.security = c.security;                        // $GRADPRESS_TOKEN is read by the client
   co.faults = transport::ResolveFaults(c.faults);  // $GRADPRESS_FAULTS overrides the config
-  client_ = std::make_unique<PsClient>(co);
+  client_ = opt_.make_client ? opt_.make_client(co) : std::make_unique<PsClient>(co);
   if (c.sync.overlap && c.sync.mode == "sync" && c.sync.every == 1 && !gaussian_) {
     // One bucket cannot overlap anything (it is ready when backward ends): the serial step.
     bucket_keys_ = BucketExchange::Split(params_, c.sync.bucket_mb);
@@ -259,6 +260,7 @@ StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labe
   m.decode_ms = st.decode_ms;
   m.network_ms = st.network_ms;
   m.wait_ms = st.wait_ms;
+  m.server_ms = st.server_ms;
   m.retries = st.retries;
   // The serial step waits for the whole exchange (its wall time, less local compute in it).
   if (!pipelined()) m.exposed_comm_ms = exchange.ElapsedMs() - (m.compute_ms - compute_before);
@@ -307,7 +309,8 @@ void Trainer::AppendLine(const std::string& line) {
 }
 
 void Trainer::WriteSummary(const TrainSummary& s) const {
-  if (!opt_.run_dir.empty()) WriteSummaryJson(opt_.run_dir, opt_.config, opt_.workers, s);
+  if (!opt_.run_dir.empty())
+    WriteSummaryJson(opt_.run_dir, opt_.config, opt_.workers, s, opt_.summary_extra);
 }
 
 }  // namespace gradpress::worker

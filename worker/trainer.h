@@ -31,7 +31,7 @@
 //   cifar10 batches get AugmentCifar; other datasets are not augmented.
 // Run directory (run_dir non-empty): appends to run_dir/metrics.jsonl one line per step
 //   {rank, step, loss, bytes_up, bytes_down, compute_ms, encode_ms, decode_ms, network_ms,
-//   wait_ms, exposed_comm_ms, overlap, retries (only when > 0)}, one per rejoin {rank, step, event,
+//   wait_ms, server_ms, exposed_comm_ms, overlap, retries (only when > 0)}, one per rejoin {rank, step, event,
 //   steps_lost}, one per epoch {rank, epoch, train_acc, test_acc, epoch_s}; rank 0 writes
 //   run_dir/summary.json at the end (DESIGN.md field names; method = config name).
 // Checkpoints hold step, model (parameters and buffers), optimizer, method 6's anchor, the
@@ -59,7 +59,7 @@
 #include "worker/compression_schedule.h"
 #include "worker/data/dataset.h"
 #include "worker/models/net.h"
-#include "worker/ps_client.h"
+#include "worker/server_client.h"
 
 namespace gradpress::worker {
 
@@ -79,6 +79,13 @@ struct TrainerOptions {
   bool resume = false;
   // Set asynchronously (SIGTERM): Run finishes the current step, checkpoints and returns.
   const std::atomic<bool>* stop = nullptr;
+  // The exchange's carrier: null = PsClient (gRPC to `server`); gradpress-sim passes one that
+  // builds an in-process client over its ParameterStore.
+  std::function<std::unique_ptr<ServerClient>(const ClientOptions&)> make_client;
+  // Preloaded data (its tensors are shared, read only; null = load config.dataset).
+  const data::DatasetPair* data = nullptr;
+  // summary.json: extra fields (gradpress-sim: "runner").
+  std::function<void(JsonLine&)> summary_extra;
 };
 
 struct StepMetrics {
@@ -87,6 +94,7 @@ struct StepMetrics {
   uint64_t bytes_up = 0, bytes_down = 0;
   double compute_ms = 0;  // forward + backward + local optimizer step
   double encode_ms = 0, decode_ms = 0, network_ms = 0, wait_ms = 0;
+  double server_ms = 0;  // the server's decode + aggregate + encode of this step's result
   double step_ms = 0;   // wall time of the whole step
   int64_t correct = 0;  // correct predictions in the batch (train accuracy)
   bool stale = false;   // async: the push was refused as too stale (dropped)
@@ -108,7 +116,7 @@ struct TrainSummary {
   double bytes_up_per_step = 0, bytes_down_per_step = 0;
   double ratio_up = 0, ratio_down = 0;  // dense float32 bytes / payload bytes
   double step_ms = 0, compute_ms = 0, encode_ms = 0, network_ms = 0, decode_ms = 0, wait_ms = 0,
-         exposed_comm_ms = 0;  // means per step
+         server_ms = 0, exposed_comm_ms = 0;  // means per step
   bool overlap = false;        // the pipelined step ran
   double wall_s = 0;
   int64_t retries = 0;  // RPC attempts retried in all
@@ -120,7 +128,7 @@ struct TrainSummary {
 JsonLine StepJson(int rank, const StepMetrics& m);
 
 // Writes run_dir/summary.json (shared/DESIGN.md field names) atomically; `extra` may append
-// fields (gradpress-sim adds server_ms and runner).
+// fields (gradpress-sim adds runner).
 void WriteSummaryJson(const std::string& run_dir, const Config& c, int workers,
                       const TrainSummary& s, const std::function<void(JsonLine&)>& extra = {});
 
@@ -198,7 +206,7 @@ class Trainer {
   data::DatasetPair data_;
   std::shared_ptr<models::Net> model_;
   std::vector<torch::Tensor> params_;  // the model's parameters (leaves)
-  std::unique_ptr<PsClient> client_;
+  std::unique_ptr<ServerClient> client_;
   std::vector<int> bucket_keys_;                        // the split registered (empty: none)
   std::unique_ptr<BucketExchange> buckets_;             // pipelined step (null: serial)
   bool hooks_ = false;                                  // buckets go out from autograd hooks

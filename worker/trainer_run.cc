@@ -108,6 +108,7 @@ TrainSummary Trainer::Run() {
       s.decode_ms += m.decode_ms;
       s.network_ms += m.network_ms;
       s.wait_ms += m.wait_ms;
+      s.server_ms += m.server_ms;
       s.exposed_comm_ms += m.exposed_comm_ms;
       s.retries += m.retries;
       AppendLine(StepJson(opt_.rank, m).Done());
@@ -172,6 +173,7 @@ TrainSummary Trainer::Run() {
   s.decode_ms /= d;
   s.network_ms /= d;
   s.wait_ms /= d;
+  s.server_ms /= d;
   s.exposed_comm_ms /= d;
   s.overlap = pipelined();
   s.wall_s = wall.ElapsedSeconds();

@@ -1,5 +1,6 @@
-// gradpress-sim against the real thing: the Simulator's weights after 20 steps equal those
-// of 2 worker::Trainer threads against an in-process gRPC server (tests/server/cluster.h).
+// gradpress-sim against the real thing: the Simulator's weights after 20 steps (N Trainers on
+// in-process clients) equal those of 2 worker::Trainer threads against an in-process gRPC
+// server (tests/server/cluster.h).
 #include <unistd.h>
 
 #include <filesystem>
@@ -196,14 +197,26 @@ TEST_CASE("sim writes metrics.jsonl and summary.json with the worker's field nam
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("sim refuses what it does not simulate, naming it", "[sim]") {
-  sim::SimOptions o;
-  o.config = ParseConfig(kBase, "<config>", {"sync.mode=async", "sync.exchange=weights"});
-  CHECK_THROWS_WITH(sim::Simulator(o), Catch::Contains("sync mode only"));
-  o.config = ParseConfig(kBase, "<config>", {"compress.momentum_correction=0.9"});
-  CHECK_THROWS_WITH(sim::Simulator(o), Catch::Contains("compress.momentum_correction"));
-  o.config = ParseConfig(kBase, "<config>", {"sync.exchange=gaussian"});
-  CHECK_THROWS_WITH(sim::Simulator(o), Catch::Contains("gaussian"));
+TEST_CASE("sim runs what the cluster runs: async, DGC, gaussian, dynamic compression", "[sim]") {
+  // The sim is N Trainers on in-process clients: nothing is refused that a cluster runs.
+  const std::vector<std::vector<std::string>> configs = {
+      {"sync.mode=async", "sync.exchange=weights"},
+      {"compress.momentum_correction=0.9", "push.codec=topk", "push.ratio=0.05",
+       "push.error_feedback=false", "compress.clip_norm=5"},
+      {"sync.exchange=gaussian"},
+      {"compress.dynamic.ladder=topk ratio=0.01 | topk ratio=0.1"},
+  };
+  for (const auto& overrides : configs) {
+    sim::SimOptions o;
+    o.config = ParseConfig(kBase, "<config>", overrides);
+    o.max_steps = 4;
+    sim::Simulator s(o);
+    const worker::TrainSummary summary = s.Run();
+    INFO(overrides.front());
+    CHECK(summary.steps == 4);
+    CHECK(summary.bytes_up_per_step > 0);
+    CHECK(summary.bytes_down_per_step > 0);
+  }
 }
 
 }  // namespace
