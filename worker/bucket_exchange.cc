@@ -55,7 +55,8 @@ class BucketExchange::Turn : public Uplink {
   bool done_ = false;
 };
 
-BucketExchange::BucketExchange(ServerClient* client, const std::vector<int>& bucket_keys, int threads)
+BucketExchange::BucketExchange(ServerClient* client, const std::vector<int>& bucket_keys,
+                               int threads)
     : client_(client), pending_init_(bucket_keys) {
   GP_ENFORCE(!bucket_keys.empty(), "BucketExchange needs at least one bucket");
   for (size_t b = 0; b < bucket_keys.size(); ++b)

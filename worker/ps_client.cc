@@ -217,10 +217,10 @@ struct ResultReader {
     GP_ENFORCE(i < end, "server sent unknown key '", c.key(), "'");
     torch::Tensor& o = (*out)[i];
     const uint64_t size = static_cast<uint64_t>(o.numel()) * sizeof(float);
-    const bool can =
-        c.codec() == "none" && o.device().is_cpu() && o.scalar_type() == torch::kFloat32 &&
-        o.is_contiguous() && c.total_bytes() == size &&
-        std::vector<int64_t>(c.shape().begin(), c.shape().end()) == model[i].shape;
+    const bool can = c.codec() == "none" && o.device().is_cpu() &&
+                     o.scalar_type() == torch::kFloat32 && o.is_contiguous() &&
+                     c.total_bytes() == size &&
+                     std::vector<int64_t>(c.shape().begin(), c.shape().end()) == model[i].shape;
     if (c.offset() == 0 && can) direct[i] = 0;
     if (direct[i] == kNotDirect) {  // reassembled, decoded at the end
       std::string data;
@@ -256,8 +256,8 @@ struct ResultReader {
                  model[i].key, "'");
       const compressors::Payload& p = rest[r++].payload;
       bytes += p.bytes.size();
-      GP_ENFORCE(p.shape == model[i].shape, "server sent key '", model[i].key,
-                 "' with shape ", ShapeToString(p.shape));
+      GP_ENFORCE(p.shape == model[i].shape, "server sent key '", model[i].key, "' with shape ",
+                 ShapeToString(p.shape));
       torch::Tensor& o = (*out)[i];
       if (o.device().is_cpu() && o.scalar_type() == torch::kFloat32 && o.is_contiguous()) {
         client.Decoder(p.codec).DecodeTo(p.bytes, o.numel(), o.data_ptr<float>());  // in place

@@ -105,7 +105,8 @@ class ServerClient {
   // Bucket `bucket` of a split model: pushes grads[begin, end) and writes the bucket's result
   // into (*out)[begin, end); other keys are not touched. upload (optional) is held while the
   // bucket is encoded and written, so concurrent buckets take the uplink one at a time.
-  virtual StepStats PushPullBucket(int64_t step, int bucket, const std::vector<torch::Tensor>& grads,
+  virtual StepStats PushPullBucket(int64_t step, int bucket,
+                                   const std::vector<torch::Tensor>& grads,
                                    std::vector<torch::Tensor>* out, Uplink* upload = nullptr) = 0;
   // Push alone (async, or sync without waiting); then Pull for the newest result.
   virtual StepStats Push(int64_t step, const std::vector<torch::Tensor>& grads,
@@ -121,7 +122,7 @@ class ServerClient {
   virtual void PullWeights(std::vector<torch::Tensor>* params, int64_t min_version = 0) = 0;
   virtual std::string StatsText() = 0;  // the server's counters, Prometheus text
 
-  int buckets() const;  // 1 without a split
+  int buckets() const;                                     // 1 without a split
   std::pair<size_t, size_t> BucketKeys(int bucket) const;  // keys [begin, end) of bucket b
   const std::vector<TensorSpec>& model() const { return model_; }
   // Checkpoints: the push codecs' state per key. LoadState needs Register (same model); a
@@ -142,8 +143,9 @@ class ServerClient {
   // payloads of keys [begin, end) (a bucket or the whole model) decoded into out[begin, end).
   compressors::Compressor& push_codec(size_t i) { return *push_[i]; }
   const compressors::Compressor& Decoder(const std::string& codec);
-  double DecodeInto(const std::vector<compressors::KeyPayload>& got, std::vector<torch::Tensor>* out,
-                    uint64_t* bytes, size_t begin = 0, size_t end = ~size_t{0});
+  double DecodeInto(const std::vector<compressors::KeyPayload>& got,
+                    std::vector<torch::Tensor>* out, uint64_t* bytes, size_t begin = 0,
+                    size_t end = ~size_t{0});
   // Checks ts (the whole model) against the registered model; the shapes of keys [begin, end).
   void CheckTensors(const std::vector<torch::Tensor>& ts, const char* what, size_t begin = 0,
                     size_t end = ~size_t{0}) const;

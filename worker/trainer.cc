@@ -57,8 +57,7 @@ Trainer::Trainer(TrainerOptions options)
              "sync.exchange: '", c.sync.exchange, "' is not one of gradients, weights, gaussian");
   GP_ENFORCE(c.train.batch_size >= 1, "train.batch_size must be >= 1");
   exchange_weights_ = c.sync.exchange == "weights";
-  gaussian_ = c.sync.exchange == "gaussian";
-  GP_ENFORCE(!gaussian_ || (c.sync.every == 1 && c.sync.mode == "sync"),
+  GP_ENFORCE(c.sync.exchange != "gaussian" || (c.sync.every == 1 && c.sync.mode == "sync"),
              "sync.exchange: gaussian runs in sync mode with sync.every: 1");
   const bool dgc = c.compress.momentum_correction > 0;
   GP_ENFORCE(!dgc || (c.sync.exchange == "gradients" && c.sync.every == 1),
@@ -84,7 +83,6 @@ Trainer::Trainer(TrainerOptions options)
   model_->train();
   for (const auto& p : model_->parameters()) {
     params_.push_back(p);
-    received_.push_back(torch::zeros_like(p));
     dense_bytes_ += p.numel() * 4;
   }
   if (!exchange_weights_) {
@@ -111,23 +109,7 @@ Trainer::Trainer(TrainerOptions options)
   co.security = c.security;                        // $GRADPRESS_TOKEN is read by the client
   co.faults = transport::ResolveFaults(c.faults);  // $GRADPRESS_FAULTS overrides the config
   client_ = opt_.make_client ? opt_.make_client(co) : std::make_unique<PsClient>(co);
-  if (c.sync.overlap && c.sync.mode == "sync" && c.sync.every == 1 && !gaussian_) {
-    // One bucket cannot overlap anything (it is ready when backward ends): the serial step.
-    bucket_keys_ = BucketExchange::Split(params_, c.sync.bucket_mb);
-    if (bucket_keys_.size() == 1) bucket_keys_.clear();
-  }
-  if (!bucket_keys_.empty()) {
-    buckets_ = std::make_unique<BucketExchange>(client_.get(), bucket_keys_,
-                                                std::min<int>(8, bucket_keys_.size()));
-    // DGC's clipping needs every gradient first: its buckets go out after backward.
-    hooks_ = c.compress.clip_norm <= 0;
-    if (hooks_) {
-      for (size_t i = 0; i < params_.size(); ++i) {
-        BucketExchange* ex = buckets_.get();
-        params_[i].register_hook([ex, i](const torch::Tensor& g) { ex->Gradient(i, g); });
-      }
-    }
-  }
+  exchange_ = MakeExchange({&opt_.config, opt_.rank, client_.get(), &params_, optimizer_.get()});
   if (!c.compress.dynamic.ladder.empty()) {
     controller_ = std::make_unique<CompressionController>(c.compress.dynamic);
     for (const auto& spec : SplitLadder(c.compress.dynamic.ladder))
@@ -157,36 +139,15 @@ void Trainer::Connect(bool resume) {
   if (connected_) return;
   std::vector<compressors::TensorSpec> specs;
   for (const auto& item : model_->named_parameters())
-    specs.push_back({item.key(), gaussian_ ? std::vector<int64_t>{2} : item.value().sizes().vec()});
-  RegisterInfo info = client_->Register(specs, bucket_keys_);
+    specs.push_back({item.key(), exchange_->KeyShape(item.value())});
+  RegisterInfo info = client_->Register(specs, exchange_->bucket_keys());
   server_rank_ = info.rank;  // the server's numbering (registration order), used by Elect
-  if (gaussian_) {
-    // The server holds (mean, std) per key; every worker starts from the same seeded init.
-    stats_.assign(params_.size(), torch::Tensor());
-    for (auto& t : stats_) t = torch::zeros({2});
-    std::vector<torch::Tensor> init = stats_;
-    client_->InitOrPull(&init);
-  } else {
-    std::vector<torch::Tensor> weights = Parameters();  // aliases: InitOrPull writes into them
-    client_->InitOrPull(&weights);
-  }
+  exchange_->Init();         // the first worker's weights win; every worker adopts them
   if (controller_) SetPushCodec(controller_->current(), /*epoch=*/-1);
-  // A rejoining worker (server already past step 0) continues at the server's step (for
-  // method 6 the server counts syncs, every sync.every local steps). In async mode the
-  // server counts every worker's pushes: a worker's own steps start at 0.
-  const bool async = opt_.config.sync.mode == "async";
-  sync_round_ = async ? 0 : info.server_step;
-  base_step_ = info.server_step;
-  step_ = sync_round_ * opt_.config.sync.every;
-  anchor_.clear();
-  for (const auto& p : params_) anchor_.push_back(p.detach().clone());
+  // A rejoining worker (server already past step 0) continues at the server's step.
+  step_ = exchange_->Reset(info.server_step);
   connected_ = true;
   if (resume) Resume(info.server_step);
-}
-
-void Trainer::ApplyLr(double lr) {
-  for (auto& group : optimizer_->param_groups())
-    static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
 }
 
 StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labels) {
@@ -197,63 +158,22 @@ StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labe
   Timer t;
   model_->zero_grad(/*set_to_none=*/true);  // backward's gradients become p.grad as they are
   torch::Tensor x = images.to(device_), y = labels.to(device_);
-  if (pipelined()) {
-    // Fresh aliases each step: restoring a checkpoint may give the parameters new storage.
-    if (exchange_weights_) weights_out_ = Parameters();
-    buckets_->Begin(step_, exchange_weights_ ? &weights_out_ : &received_);
-  }
+  exchange_->Begin(step_);
   torch::Tensor logits = model_->forward(x);
   torch::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
   loss.backward();
   m.loss = loss.item<double>();
   m.correct = logits.argmax(1).eq(y).sum().item<int64_t>();
-  std::vector<torch::Tensor> grads;
-  for (auto& p : params_) {
+  for (auto& p : params_)
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    grads.push_back(p.grad());
-  }
   if (opt_.config.compress.clip_norm > 0)  // DGC's local clipping: N^(-1/2) of the threshold
     torch::nn::utils::clip_grad_norm_(params_,
                                       opt_.config.compress.clip_norm / std::sqrt(opt_.workers));
   m.compute_ms = t.ElapsedMs();
 
-  StepStats st;
   Timer exchange;
   const double compute_before = m.compute_ms;
-  if (pipelined()) {
-    st = ExchangeBuckets(&m);
-  } else if (periodic()) {
-    t.Restart();
-    optimizer_->step();  // the worker's own gradient; the update is pushed at the next sync
-    m.compute_ms += t.ElapsedMs();
-    if (++since_sync_ == opt_.config.sync.every) st = Sync();
-  } else if (gaussian_) {
-    st = ExchangeGaussian(grads);
-    t.Restart();
-    optimizer_->step();
-    m.compute_ms += t.ElapsedMs();
-  } else if (exchange_weights_) {
-    std::vector<torch::Tensor> weights = Parameters();
-    try {
-      st = client_->PushPull(step_, grads, &weights, base_step_);
-    } catch (const FailedPrecondition& e) {
-      // Async: a gradient older than sync.max_staleness steps is refused; drop it and go on
-      // from the server's current weights (the usual asynchronous-SGD rule).
-      if (opt_.config.sync.mode != "async" ||
-          std::string(e.what()).find("steps stale") == std::string::npos)
-        throw;
-      spdlog::debug("worker-{} step {}: {}; pulling fresh weights", opt_.rank, step_, e.what());
-      st = client_->Pull(&weights);
-      m.stale = true;
-    }
-    base_step_ = st.server_step;  // async: the server step of the weights now held
-  } else {
-    st = client_->PushPull(step_, grads, &received_);
-    t.Restart();
-    for (size_t i = 0; i < params_.size(); ++i) params_[i].mutable_grad().copy_(received_[i]);
-    optimizer_->step();
-    m.compute_ms += t.ElapsedMs();
-  }
+  const StepStats st = exchange_->Finish(step_, &m);
   m.bytes_up = st.bytes_up;
   m.bytes_down = st.bytes_down;
   m.encode_ms = st.encode_ms;
@@ -263,27 +183,10 @@ StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labe
   m.server_ms = st.server_ms;
   m.retries = st.retries;
   // The serial step waits for the whole exchange (its wall time, less local compute in it).
-  if (!pipelined()) m.exposed_comm_ms = exchange.ElapsedMs() - (m.compute_ms - compute_before);
+  if (!m.overlap) m.exposed_comm_ms = exchange.ElapsedMs() - (m.compute_ms - compute_before);
   ++step_;
   m.step_ms = step_timer.ElapsedMs();
   return m;
-}
-
-StepStats Trainer::ExchangeBuckets(StepMetrics* m) {
-  m->overlap = true;
-  if (!hooks_) {  // after clipping: every bucket at once, in backward's order
-    for (size_t i = params_.size(); i-- > 0;) buckets_->Gradient(i, params_[i].grad());
-  }
-  StepStats st = buckets_->Finish(params_, &m->exposed_comm_ms);
-  Timer t;
-  if (exchange_weights_) {
-    base_step_ = st.server_step;  // the weights were written into the parameters in place
-  } else {
-    for (size_t i = 0; i < params_.size(); ++i) params_[i].mutable_grad().copy_(received_[i]);
-    optimizer_->step();
-  }
-  m->compute_ms += t.ElapsedMs();
-  return st;
 }
 
 double Trainer::Evaluate() {

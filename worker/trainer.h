@@ -2,13 +2,13 @@
 // Trainer: one worker's training loop against the parameter server (shared/DESIGN.md,
 // methods 1-5). Loads its shard of the data, builds the model, registers with the server,
 // adopts the server's initial weights, then per step: forward, cross-entropy, backward,
-// PushPull, apply.
+// its Exchange (exchange.h: the method's push, pull and update, over a ServerClient).
 // The pipelined step (sync.overlap, methods 1-5 in sync mode; bucket_exchange.h): autograd
 // hooks on the parameters hand each bucket of gradients to the exchange threads while
 // backward still runs; the step then waits for the buckets still out (exposed_comm_ms) and
 // applies them. Off, for a model that fits one bucket, or for method 6, gaussian and async:
-// the serial step. Both give the same
-// weights. The next batch is gathered (and augmented) on a second thread while a step runs.
+// the serial step. Both give the same weights. The next batch is gathered (and augmented) on
+// a second thread while a step runs.
 //
 //   TrainerOptions o{config, /*rank=*/0, /*workers=*/2, "127.0.0.1:50051", run_dir};
 //   TrainSummary s = Trainer(o).Run();      // all epochs (or max_steps), evaluates per epoch
@@ -31,9 +31,9 @@
 //   cifar10 batches get AugmentCifar; other datasets are not augmented.
 // Run directory (run_dir non-empty): appends to run_dir/metrics.jsonl one line per step
 //   {rank, step, loss, bytes_up, bytes_down, compute_ms, encode_ms, decode_ms, network_ms,
-//   wait_ms, server_ms, exposed_comm_ms, overlap, retries (only when > 0)}, one per rejoin {rank, step, event,
-//   steps_lost}, one per epoch {rank, epoch, train_acc, test_acc, epoch_s}; rank 0 writes
-//   run_dir/summary.json at the end (DESIGN.md field names; method = config name).
+//   wait_ms, server_ms, exposed_comm_ms, overlap, retries (only when > 0)}, one per rejoin {rank,
+//   step, event, steps_lost}, one per epoch {rank, epoch, train_acc, test_acc, epoch_s}; rank 0
+//   writes run_dir/summary.json at the end (DESIGN.md field names; method = config name).
 // Checkpoints hold step, model (parameters and buffers), optimizer, method 6's anchor, the
 //   push codecs' residuals and the augmentation RNG; the data cursor is the step (each
 //   epoch's order is a function of seed and epoch). A run stopped after a checkpoint and
@@ -55,9 +55,9 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/json_line.h"
-#include "worker/bucket_exchange.h"
 #include "worker/compression_schedule.h"
 #include "worker/data/dataset.h"
+#include "worker/exchange.h"
 #include "worker/models/net.h"
 #include "worker/server_client.h"
 
@@ -95,10 +95,10 @@ struct StepMetrics {
   double compute_ms = 0;  // forward + backward + local optimizer step
   double encode_ms = 0, decode_ms = 0, network_ms = 0, wait_ms = 0;
   double server_ms = 0;  // the server's decode + aggregate + encode of this step's result
-  double step_ms = 0;   // wall time of the whole step
-  int64_t correct = 0;  // correct predictions in the batch (train accuracy)
-  bool stale = false;   // async: the push was refused as too stale (dropped)
-  int retries = 0;      // RPC attempts retried (UNAVAILABLE, injected faults) in the exchange
+  double step_ms = 0;    // wall time of the whole step
+  int64_t correct = 0;   // correct predictions in the batch (train accuracy)
+  bool stale = false;    // async: the push was refused as too stale (dropped)
+  int retries = 0;       // RPC attempts retried (UNAVAILABLE, injected faults) in the exchange
   // Time the step waited on communication after backward ended (the exchange's wall time
   // for the serial step); overlap: the pipelined step ran.
   double exposed_comm_ms = 0;
@@ -117,7 +117,7 @@ struct TrainSummary {
   double ratio_up = 0, ratio_down = 0;  // dense float32 bytes / payload bytes
   double step_ms = 0, compute_ms = 0, encode_ms = 0, network_ms = 0, decode_ms = 0, wait_ms = 0,
          server_ms = 0, exposed_comm_ms = 0;  // means per step
-  bool overlap = false;        // the pipelined step ran
+  bool overlap = false;                       // the pipelined step ran
   double wall_s = 0;
   int64_t retries = 0;  // RPC attempts retried in all
   int64_t rejoins = 0;  // times the server lost this worker and it registered again
@@ -151,7 +151,7 @@ class Trainer {
 
   int64_t step() const { return step_; }
   // The server step this worker is at (step() for methods 1-5, syncs done for method 6).
-  int64_t server_step() const { return periodic() ? sync_round_ : step_; }
+  int64_t server_step() const { return exchange_->server_step(step_); }
   // Writes a checkpoint of the current state (after a step; see TrainerOptions) and returns
   // its path ("" without a checkpoint directory).
   std::string WriteCheckpoint();
@@ -161,19 +161,6 @@ class Trainer {
   const TrainerOptions& options() const { return opt_; }
 
  private:
-  // Method 6 (sync.every > 1, trainer_periodic.cc): local steps on the worker's own
-  // gradients; every sync.every steps the update since the last sync (anchor - weights) is
-  // averaged through the server and applied to the anchor by every worker alike. Each epoch
-  // ends with the survey's rule (model_selection best: every worker adopts the weights of the
-  // worker with the best test accuracy, via Elect + PublishWeights/PullWeights) or with a
-  // final averaging sync (average). Returns the epoch's test accuracy.
-  bool periodic() const { return opt_.config.sync.every > 1; }
-  StepStats Sync();
-  double EndEpochPeriodic(int64_t epoch, double* bytes_up, double* bytes_down);
-  void ApplyLr(double lr);
-  // sync.exchange: gaussian: pushes each key's (mean, std), rescales the local gradients in
-  // place to the workers' mean statistics.
-  StepStats ExchangeGaussian(const std::vector<torch::Tensor>& grads);
   // Dynamic compression: installs the decision's push codec and records it (epoch -1: start).
   void SetPushCodec(const CompressionDecision& d, int64_t epoch);
   // Mean cross-entropy over the first max_images training images, in eval mode.
@@ -195,9 +182,6 @@ class Trainer {
   // there is no way back (no checkpoint and no server weights to adopt).
   int64_t Rejoin(const Error& why);
   void RestoreCheckpoint(const Checkpoint& c);
-  // The pipelined step's exchange: methods 1-5 in sync mode with sync.overlap.
-  bool pipelined() const { return buckets_ != nullptr; }
-  StepStats ExchangeBuckets(StepMetrics* m);
   void AppendLine(const std::string& line);
   void WriteSummary(const TrainSummary& s) const;
 
@@ -207,23 +191,13 @@ class Trainer {
   std::shared_ptr<models::Net> model_;
   std::vector<torch::Tensor> params_;  // the model's parameters (leaves)
   std::unique_ptr<ServerClient> client_;
-  std::vector<int> bucket_keys_;                        // the split registered (empty: none)
-  std::unique_ptr<BucketExchange> buckets_;             // pipelined step (null: serial)
-  bool hooks_ = false;                                  // buckets go out from autograd hooks
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;  // exchange=gradients only
-  std::vector<torch::Tensor> received_;
-  std::vector<torch::Tensor> weights_out_;  // pipelined weights exchange: aliases of params_
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;  // not for exchange=weights
+  std::unique_ptr<Exchange> exchange_;                  // the method (exchange.h)
   bool exchange_weights_ = false;
   bool connected_ = false;
   int64_t step_ = 0;
-  int server_rank_ = 0;                // rank the server assigned (Elect answers in these)
-  int64_t sync_round_ = 0;             // method 6: syncs done (the server's step)
-  int64_t base_step_ = 0;              // async: server step of the weights we hold
-  int64_t since_sync_ = 0;             // method 6: local steps since the last sync
-  std::vector<torch::Tensor> anchor_;  // method 6: weights at the last sync
+  int server_rank_ = 0;  // rank the server assigned (Elect answers in these)
   int64_t dense_bytes_ = 0;
-  bool gaussian_ = false;                              // sync.exchange: gaussian
-  std::vector<torch::Tensor> stats_;                   // gaussian: (mean, std) per key
   std::unique_ptr<CompressionController> controller_;  // compress.dynamic.ladder set
   double push_ratio_ = 0;                              // DGC warm-up: the final density
   std::mt19937_64 rng_;                                // data augmentation

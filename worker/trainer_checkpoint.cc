@@ -1,7 +1,7 @@
 // Trainer, part three: checkpoints and resume (shared/DESIGN.md, "Reliability rules").
 // Sections: "meta" (step, syncs, local steps since the last sync, rank, workers, config
 // hash), "torch" (a LibTorch archive: model parameters and buffers, optimizer state, method
-// 6's anchor), "rng" (the augmentation RNG), "push" (PsClient::SaveState). A checkpoint's
+// 6's anchor), "rng" (the augmentation RNG), "push" (ServerClient::SaveState). A checkpoint's
 // step is the server step, so worker and server checkpoints of one moment share a number.
 #include <spdlog/spdlog.h>
 #include <torch/serialize.h>
@@ -25,8 +25,8 @@ std::string Trainer::WriteCheckpoint() {
   std::string meta;
   ByteWriter w(&meta);
   w.Put<int64_t>(step_);
-  w.Put<int64_t>(sync_round_);
-  w.Put<int64_t>(since_sync_);
+  w.Put<int64_t>(exchange_->server_step(step_));
+  w.Put<int64_t>(exchange_->since_exchange());
   w.Put<int32_t>(opt_.rank);
   w.Put<int32_t>(opt_.workers);
   const std::string hash = ConfigHash(opt_.config);
@@ -43,8 +43,9 @@ std::string Trainer::WriteCheckpoint() {
     optimizer_->save(optimizer_archive);
     archive.write("optimizer", optimizer_archive);
   }
-  for (size_t i = 0; i < anchor_.size(); ++i)
-    archive.write("anchor_" + std::to_string(i), anchor_[i], /*is_buffer=*/true);
+  const std::vector<torch::Tensor> anchor = exchange_->state_tensors();  // method 6's
+  for (size_t i = 0; i < anchor.size(); ++i)
+    archive.write("anchor_" + std::to_string(i), anchor[i], /*is_buffer=*/true);
   std::ostringstream torch_bytes;
   archive.save_to(torch_bytes);
   c.Put("torch", torch_bytes.str());
@@ -96,8 +97,9 @@ void Trainer::RestoreCheckpoint(const Checkpoint& c) {
       archive.read("optimizer", optimizer_archive);
       optimizer_->load(optimizer_archive);
     }
-    for (size_t i = 0; i < anchor_.size(); ++i)
-      archive.read("anchor_" + std::to_string(i), anchor_[i], /*is_buffer=*/true);
+    std::vector<torch::Tensor> anchor = exchange_->state_tensors();  // read in place
+    for (size_t i = 0; i < anchor.size(); ++i)
+      archive.read("anchor_" + std::to_string(i), anchor[i], /*is_buffer=*/true);
   } catch (const c10::Error& e) {
     throw InvalidArgument(context +
                           ": the model or optimizer does not load: " + e.what_without_backtrace());
@@ -107,8 +109,7 @@ void Trainer::RestoreCheckpoint(const Checkpoint& c) {
   GP_ENFORCE(!rng.fail(), context, ": the augmentation RNG state does not parse");
   client_->LoadState(c.Get("push"));
   step_ = step;
-  sync_round_ = sync_round;
-  since_sync_ = since_sync;
+  exchange_->Restore(sync_round, since_sync);
   last_checkpoint_ = c.step;
 }
 
@@ -156,10 +157,7 @@ void Trainer::Resume(int64_t server_step) {
     RestoreCheckpoint(*newest);
     std::vector<torch::Tensor> weights = Parameters();
     client_->PullWeights(&weights);
-    sync_round_ = server_step;
-    since_sync_ = 0;
-    step_ = sync_round_ * opt_.config.sync.every;
-    for (size_t i = 0; i < params_.size(); ++i) anchor_[i].copy_(params_[i].detach());
+    step_ = exchange_->Reset(server_step);  // method 6: the anchor is the server's weights
     last_checkpoint_ = -1;
     spdlog::warn(
         "worker-{}: no checkpoint of server step {} in {} (it has steps {}): resumed from {} "
@@ -204,7 +202,7 @@ int64_t Trainer::Rejoin(const Error& why) {
     // No checkpoint: go on from the server's copy of the workers' weights.
     std::vector<torch::Tensor> weights = Parameters();
     client_->PullWeights(&weights);
-    for (size_t i = 0; i < params_.size(); ++i) anchor_[i].copy_(params_[i].detach());
+    step_ = exchange_->Reset(server_step());  // method 6: the anchor is the server's weights
   }
   const int64_t lost = std::max<int64_t>(0, before - step_);
   spdlog::warn("worker-{}: rejoined at step {} ({} steps rolled back)", opt_.rank, step_, lost);

@@ -1,5 +1,4 @@
-// Trainer, part four: the exchanges beyond the survey's methods -- Gaussian-averaged
-// statistics, and the dynamic-compression controller's codec changes and its loss probe.
+// Trainer, part four: the dynamic-compression controller's codec changes and its loss probe.
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -8,31 +7,6 @@
 #include "worker/trainer.h"
 
 namespace gradpress::worker {
-
-StepStats Trainer::ExchangeGaussian(const std::vector<torch::Tensor>& grads) {
-  // Each key's (mean, std) goes up; the mean over workers comes back; the local gradient is
-  // standardised and rescaled to it: g' = (g - mean_i) / std_i * std + mean.
-  std::vector<torch::Tensor> local(grads.size()), global(grads.size());
-  for (size_t i = 0; i < grads.size(); ++i) {
-    torch::Tensor g = grads[i].detach().to(torch::kCPU, torch::kFloat64);
-    const double mean = g.mean().item<double>();
-    const double std = grads[i].numel() > 1 ? g.std(/*unbiased=*/false).item<double>() : 0.0;
-    local[i] = torch::tensor({static_cast<float>(mean), static_cast<float>(std)});
-    global[i] = torch::zeros({2});
-  }
-  StepStats st = client_->PushPull(step_, local, &global);
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const float mean_i = local[i][0].item<float>(), std_i = local[i][1].item<float>();
-    const float mean = global[i][0].item<float>(), std = global[i][1].item<float>();
-    torch::Tensor g = params_[i].mutable_grad();
-    if (std_i > 1e-12f)
-      g.sub_(mean_i).mul_(std / std_i).add_(mean);
-    else
-      g.fill_(mean);
-  }
-  return st;
-}
 
 void Trainer::SetPushCodec(const CompressionDecision& d, int64_t epoch) {
   client_->SetPushCodec(d.spec == "none" ? compressors::CompressorConfig{}

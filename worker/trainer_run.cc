@@ -75,9 +75,7 @@ TrainSummary Trainer::Run() {
         break;
       }
       const double lr = ScheduledLr(c.train, static_cast<double>(step_) / steps_per_epoch);
-      // Methods 1-2: the server's SGD steps with the schedule; 3-5: its shadow weights do.
-      if (!periodic() && !gaussian_) client_->set_server_lr(lr);
-      if (!exchange_weights_) ApplyLr(lr);
+      exchange_->SetLr(lr);
       Batch b = next.valid() ? next.get() : load(i, rng_);
       rng_ = b.rng;  // the augmentation RNG after this batch (checkpointed with the step)
       if (i + 1 < steps_per_epoch) next = std::async(std::launch::async, load, i + 1, rng_);
@@ -96,8 +94,7 @@ TrainSummary Trainer::Run() {
       correct += m.correct;
       seen += b.size;
       ++done;
-      const bool exchanged = !periodic() || since_sync_ == 0;
-      if (c.train.checkpoint_every > 0 && exchanged &&
+      if (c.train.checkpoint_every > 0 && exchange_->since_exchange() == 0 &&
           server_step() % c.train.checkpoint_every == 0)
         WriteCheckpoint();
       sum_up += m.bytes_up;
@@ -135,7 +132,8 @@ TrainSummary Trainer::Run() {
     EpochMetrics em;
     em.epoch = epoch;
     em.train_acc = seen > 0 ? static_cast<double>(correct) / seen : 0.0;
-    em.test_acc = periodic() ? EndEpochPeriodic(epoch, &sum_up, &sum_down) : Evaluate();
+    em.test_acc = exchange_->EndEpoch(
+        epoch, [this] { return Evaluate(); }, server_rank_, &sum_up, &sum_down);
     em.epoch_s = epoch_timer.ElapsedSeconds();
     s.epoch_metrics.push_back(em);
     s.test_acc = em.test_acc;
@@ -175,7 +173,7 @@ TrainSummary Trainer::Run() {
   s.wait_ms /= d;
   s.server_ms /= d;
   s.exposed_comm_ms /= d;
-  s.overlap = pipelined();
+  s.overlap = exchange_->overlaps();
   s.wall_s = wall.ElapsedSeconds();
   if (opt_.rank == 0 && done > 0) WriteSummary(s);  // a resumed, finished run keeps its own
   if (done == 0) spdlog::info("worker-{}: nothing left to train at step {}", opt_.rank, step_);

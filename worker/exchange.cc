@@ -1,0 +1,212 @@
+// The exchanges of methods 1-5 and gaussian (exchange.h); method 6 is exchange_periodic.cc.
+#include "worker/exchange.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <string>
+
+#include "common/error.h"
+#include "common/timer.h"
+#include "worker/bucket_exchange.h"
+#include "worker/trainer.h"
+
+namespace gradpress::worker {
+
+void Exchange::Init() {
+  std::vector<torch::Tensor> weights = Aliases();  // InitOrPull writes into them
+  ctx_.client->InitOrPull(&weights);
+}
+
+void Exchange::SetLr(double lr) {
+  if (ctx_.optimizer) {
+    for (auto& group : ctx_.optimizer->param_groups())
+      static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
+  }
+  // Methods 1-2: the server's SGD steps with the schedule; 3-5: its shadow weights do.
+  ctx_.client->set_server_lr(lr);
+}
+
+std::vector<torch::Tensor> Exchange::Aliases() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : *ctx_.params) out.push_back(p.detach());
+  return out;
+}
+
+double Exchange::ApplyGradients(const std::vector<torch::Tensor>& received) {
+  Timer t;
+  auto& params = *ctx_.params;
+  for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad().copy_(received[i]);
+  ctx_.optimizer->step();
+  return t.ElapsedMs();
+}
+
+namespace {
+
+std::vector<torch::Tensor> Grads(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : params) out.push_back(p.grad());
+  return out;
+}
+
+std::vector<torch::Tensor> ZerosLike(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : params) out.push_back(torch::zeros_like(p));
+  return out;
+}
+
+// Methods 3-5, the serial step.
+class GradientsExchange : public Exchange {
+ public:
+  explicit GradientsExchange(ExchangeContext ctx)
+      : Exchange(ctx), received_(ZerosLike(*ctx.params)) {}
+  StepStats Finish(int64_t step, StepMetrics* m) override {
+    StepStats st = ctx_.client->PushPull(step, Grads(*ctx_.params), &received_);
+    m->compute_ms += ApplyGradients(received_);
+    return st;
+  }
+
+ private:
+  std::vector<torch::Tensor> received_;
+};
+
+// Methods 1-2, the serial step; sync or async.
+class WeightsExchange : public Exchange {
+ public:
+  using Exchange::Exchange;
+  int64_t Reset(int64_t server_step) override {
+    base_step_ = server_step;
+    // Async: the server counts every worker's pushes; a worker's own steps start at 0.
+    return ctx_.config->sync.mode == "async" ? 0 : server_step;
+  }
+  StepStats Finish(int64_t step, StepMetrics* m) override {
+    std::vector<torch::Tensor> weights = Aliases();
+    StepStats st;
+    try {
+      st = ctx_.client->PushPull(step, Grads(*ctx_.params), &weights, base_step_);
+    } catch (const FailedPrecondition& e) {
+      // Async: a gradient older than sync.max_staleness steps is refused; drop it and go on
+      // from the server's current weights (the usual asynchronous-SGD rule).
+      if (ctx_.config->sync.mode != "async" ||
+          std::string(e.what()).find("steps stale") == std::string::npos)
+        throw;
+      spdlog::debug("worker-{} step {}: {}; pulling fresh weights", ctx_.rank, step, e.what());
+      st = ctx_.client->Pull(&weights);
+      m->stale = true;
+    }
+    base_step_ = st.server_step;  // async: the server step of the weights now held
+    return st;
+  }
+
+ private:
+  int64_t base_step_ = 0;  // async: server step of the weights we hold
+};
+
+// Methods 1-5 pipelined (sync.overlap, a model of several buckets).
+class BucketsExchange : public Exchange {
+ public:
+  BucketsExchange(ExchangeContext ctx, std::vector<int> split)
+      : Exchange(ctx),
+        split_(std::move(split)),
+        weights_(ctx.config->sync.exchange == "weights"),
+        received_(ZerosLike(*ctx.params)),
+        buckets_(ctx.client, split_, std::min<int>(8, split_.size())),
+        // DGC's clipping needs every gradient first: its buckets go out after backward.
+        hooks_(ctx.config->compress.clip_norm <= 0) {
+    if (!hooks_) return;
+    for (size_t i = 0; i < ctx.params->size(); ++i) {
+      BucketExchange* ex = &buckets_;
+      (*ctx.params)[i].register_hook([ex, i](const torch::Tensor& g) { ex->Gradient(i, g); });
+    }
+  }
+  std::vector<int> bucket_keys() const override { return split_; }
+  bool overlaps() const override { return true; }
+  void Begin(int64_t step) override {
+    // Fresh aliases each step: restoring a checkpoint may give the parameters new storage.
+    if (weights_) weights_out_ = Aliases();
+    buckets_.Begin(step, weights_ ? &weights_out_ : &received_);
+  }
+  StepStats Finish(int64_t step, StepMetrics* m) override {
+    (void)step;
+    auto& params = *ctx_.params;
+    m->overlap = true;
+    if (!hooks_) {  // after clipping: every bucket at once, in backward's order
+      for (size_t i = params.size(); i-- > 0;) buckets_.Gradient(i, params[i].grad());
+    }
+    StepStats st = buckets_.Finish(params, &m->exposed_comm_ms);
+    // Weights were written into the parameters in place; gradients are applied here.
+    if (!weights_) m->compute_ms += ApplyGradients(received_);
+    return st;
+  }
+
+ private:
+  std::vector<int> split_;
+  bool weights_;
+  std::vector<torch::Tensor> received_;
+  std::vector<torch::Tensor> weights_out_;  // weights: aliases of the parameters
+  BucketExchange buckets_;
+  bool hooks_;
+};
+
+// sync.exchange: gaussian: each key's (mean, std) goes up; the mean over workers comes back;
+// the local gradient is standardised and rescaled to it: g' = (g - mean_i) / std_i * std + mean.
+class GaussianExchange : public Exchange {
+ public:
+  using Exchange::Exchange;
+  std::vector<int64_t> KeyShape(const torch::Tensor&) const override { return {2}; }
+  void Init() override {
+    // The server holds (mean, std) per key; every worker starts from the same seeded init.
+    std::vector<torch::Tensor> init;
+    for (size_t i = 0; i < ctx_.params->size(); ++i) init.push_back(torch::zeros({2}));
+    ctx_.client->InitOrPull(&init);
+  }
+  void SetLr(double lr) override {  // nothing of the server's follows the schedule
+    for (auto& group : ctx_.optimizer->param_groups())
+      static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
+  }
+  StepStats Finish(int64_t step, StepMetrics* m) override {
+    auto& params = *ctx_.params;
+    std::vector<torch::Tensor> local(params.size()), global(params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      torch::Tensor g = params[i].grad().detach().to(torch::kCPU, torch::kFloat64);
+      const double mean = g.mean().item<double>();
+      const double std = g.numel() > 1 ? g.std(/*unbiased=*/false).item<double>() : 0.0;
+      local[i] = torch::tensor({static_cast<float>(mean), static_cast<float>(std)});
+      global[i] = torch::zeros({2});
+    }
+    StepStats st = ctx_.client->PushPull(step, local, &global);
+    Timer t;
+    {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < params.size(); ++i) {
+        const float mean_i = local[i][0].item<float>(), std_i = local[i][1].item<float>();
+        const float mean = global[i][0].item<float>(), std = global[i][1].item<float>();
+        torch::Tensor g = params[i].mutable_grad();
+        if (std_i > 1e-12f)
+          g.sub_(mean_i).mul_(std / std_i).add_(mean);
+        else
+          g.fill_(mean);
+      }
+    }
+    ctx_.optimizer->step();
+    m->compute_ms += t.ElapsedMs();
+    return st;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Exchange> MakeExchange(ExchangeContext ctx) {
+  const Config& c = *ctx.config;
+  if (c.sync.every > 1) return MakePeriodicExchange(ctx);
+  if (c.sync.exchange == "gaussian") return std::make_unique<GaussianExchange>(ctx);
+  if (c.sync.overlap && c.sync.mode == "sync") {
+    // One bucket cannot overlap anything (it is ready when backward ends): the serial step.
+    std::vector<int> split = BucketExchange::Split(*ctx.params, c.sync.bucket_mb);
+    if (split.size() > 1) return std::make_unique<BucketsExchange>(ctx, std::move(split));
+  }
+  if (c.sync.exchange == "weights") return std::make_unique<WeightsExchange>(ctx);
+  return std::make_unique<GradientsExchange>(ctx);
+}
+
+}  // namespace gradpress::worker

@@ -1,0 +1,114 @@
+// Method 6 (exchange.h): local steps on the worker's own gradients; every sync.every steps
+// the update since the last sync (anchor - weights) is averaged through the server and
+// applied to the anchor by every worker alike. Each epoch ends with the survey's rule
+// (sync.model_selection best: every worker adopts the weights of the worker with the best
+// test accuracy, via Elect + PublishWeights/PullWeights) or a final averaging sync (average).
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "common/timer.h"
+#include "worker/exchange.h"
+#include "worker/trainer.h"
+
+namespace gradpress::worker {
+namespace {
+
+class PeriodicExchange : public Exchange {
+ public:
+  using Exchange::Exchange;
+  void SetLr(double lr) override {  // local steps only: the server steps nothing
+    for (auto& group : ctx_.optimizer->param_groups())
+      static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
+  }
+  int64_t Reset(int64_t server_step) override {
+    syncs_ = server_step;  // the server counts syncs
+    since_sync_ = 0;
+    anchor_.clear();
+    for (const auto& p : *ctx_.params) anchor_.push_back(p.detach().clone());
+    received_.clear();
+    for (const auto& p : *ctx_.params) received_.push_back(torch::zeros_like(p));
+    return syncs_ * ctx_.config->sync.every;
+  }
+  StepStats Finish(int64_t step, StepMetrics* m) override {
+    (void)step;
+    Timer t;
+    ctx_.optimizer->step();  // the worker's own gradient; the update is pushed at the next sync
+    m->compute_ms += t.ElapsedMs();
+    if (++since_sync_ < ctx_.config->sync.every) return {};
+    return Sync();
+  }
+  int64_t server_step(int64_t step) const override {
+    (void)step;
+    return syncs_;
+  }
+  int64_t since_exchange() const override { return since_sync_; }
+  std::vector<torch::Tensor> state_tensors() override { return anchor_; }
+  void Restore(int64_t server_step, int64_t since_exchange) override {
+    syncs_ = server_step;
+    since_sync_ = since_exchange;
+  }
+  double EndEpoch(int64_t epoch, const std::function<double()>& evaluate, int server_rank,
+                  double* up, double* down) override;
+
+ private:
+  StepStats Sync();
+
+  int64_t syncs_ = 0;                  // syncs done: the server's step
+  int64_t since_sync_ = 0;             // local steps since the last sync
+  std::vector<torch::Tensor> anchor_;  // weights at the last sync
+  std::vector<torch::Tensor> received_;
+};
+
+StepStats PeriodicExchange::Sync() {
+  torch::NoGradGuard no_grad;
+  auto& params = *ctx_.params;
+  // The update accumulated since the last sync; the server averages it over the workers.
+  std::vector<torch::Tensor> update;
+  for (size_t i = 0; i < params.size(); ++i) update.push_back(anchor_[i] - params[i].detach());
+  StepStats st = ctx_.client->PushPull(syncs_, update, &received_);
+  for (size_t i = 0; i < params.size(); ++i) {
+    anchor_[i].sub_(received_[i]);  // every worker applies the same mean to the same anchor
+    params[i].detach().copy_(anchor_[i]);
+  }
+  ++syncs_;
+  since_sync_ = 0;
+  return st;
+}
+
+double PeriodicExchange::EndEpoch(int64_t epoch, const std::function<double()>& evaluate,
+                                  int server_rank, double* up, double* down) {
+  if (ctx_.config->sync.model_selection == "average") {
+    if (since_sync_ > 0) {
+      const StepStats st = Sync();
+      *up += st.bytes_up;
+      *down += st.bytes_down;
+    }
+    return evaluate();
+  }
+  // The survey's rule: every worker adopts the weights of the worker with the best test
+  // accuracy; the others' steps since the last sync are dropped.
+  const double mine = evaluate();
+  const auto [best_rank, best_acc] = ctx_.client->Elect(epoch, mine);
+  {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> weights = Aliases();
+    if (best_rank == server_rank) {
+      ctx_.client->PublishWeights(epoch, weights);
+    } else {
+      ctx_.client->PullWeights(&weights, epoch + 1);
+    }
+    for (size_t i = 0; i < weights.size(); ++i) anchor_[i].copy_(weights[i]);
+  }
+  since_sync_ = 0;
+  spdlog::info("worker-{} epoch {}: own test_acc {:.4f}; adopted rank {}'s ({:.4f})", ctx_.rank,
+               epoch, mine, best_rank, best_acc);
+  return best_acc;
+}
+
+}  // namespace
+
+std::unique_ptr<Exchange> MakePeriodicExchange(ExchangeContext ctx) {
+  return std::make_unique<PeriodicExchange>(ctx);
+}
+
+}  // namespace gradpress::worker
