@@ -41,8 +41,8 @@ struct ExchangeContext {
   const Config* config = nullptr;
   int rank = 0;  // for logs
   ServerClient* client = nullptr;
-  std::vector<torch::Tensor>* params = nullptr;   // the model's parameters (leaves)
-  torch::optim::Optimizer* optimizer = nullptr;   // null for exchange=weights
+  std::vector<torch::Tensor>* params = nullptr;  // the model's parameters (leaves)
+  torch::optim::Optimizer* optimizer = nullptr;  // null for exchange=weights
 };
 
 class Exchange {
