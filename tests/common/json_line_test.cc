@@ -1,9 +1,9 @@
 // JsonLine writes valid JSON (RFC 8259) whatever the names hold.
+#include "common/json_line.h"
+
 #include <catch2/catch.hpp>
 #include <limits>
 #include <string>
-
-#include "common/json_line.h"
 
 namespace gradpress {
 namespace {
@@ -22,19 +22,34 @@ std::string Unquote(const std::string& s, size_t* i) {
     }
     const char e = s[++*i];
     switch (e) {
-      case '"': out += '"'; break;
-      case '\\': out += '\\'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
+      case '"':
+        out += '"';
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
       case 'u':
         REQUIRE(s.substr(*i + 1, 2) == "00");
         out += static_cast<char>(std::stoi(s.substr(*i + 3, 2), nullptr, 16));
         *i += 4;
         break;
-      default: FAIL("unexpected escape \\" << e);
+      default:
+        FAIL("unexpected escape \\" << e);
     }
   }
   ++*i;
@@ -42,8 +57,7 @@ std::string Unquote(const std::string& s, size_t* i) {
 }
 
 TEST_CASE("JsonLine escapes quotes, backslashes and every control character", "[json]") {
-  CHECK(JsonLine().Str("name", "a\"b\\c\nd\te\x01").Done() ==
-        R"({"name": "a\"b\\c\nd\te\u0001"})");
+  CHECK(JsonLine().Str("name", "a\"b\\c\nd\te\x01").Done() == R"({"name": "a\"b\\c\nd\te\u0001"})");
   std::string all;
   for (int c = 1; c < 128; ++c) all += static_cast<char>(c);
   all += "\xc3\xa9";  // UTF-8 passes through
@@ -57,7 +71,8 @@ TEST_CASE("JsonLine escapes quotes, backslashes and every control character", "[
 }
 
 TEST_CASE("JsonLine writes non-finite numbers as null and booleans bare", "[json]") {
-  CHECK(JsonLine().Num("x", std::numeric_limits<double>::infinity()).Bool("b", true).Done() == R"({"x": null, "b": true})");
+  CHECK(JsonLine().Num("x", std::numeric_limits<double>::infinity()).Bool("b", true).Done() ==
+        R"({"x": null, "b": true})");
 }
 
 }  // namespace
