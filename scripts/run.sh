@@ -7,7 +7,8 @@
 #   scripts/run.sh --resume runs/lenet-fmnist-m1/20261122-1300   # continue a stopped run
 #   scripts/run.sh --table runs/lenet-fmnist-m1/20261122-1300 ...  # the table of finished runs
 #
-# Each run writes runs/<name>/<timestamp>/: config.yaml, server.log, worker-<rank>.log,
+# Each run writes <output.dir>/<name>/<timestamp>/ (output.dir: runs unless the config or
+# --set output.dir=... says otherwise): config.yaml, server.log, worker-<rank>.log,
 # metrics.jsonl, summary.json, ckpt/ (server and worker-<rank> checkpoints every
 # train.checkpoint_every steps and at the end). Ctrl-C stops the workers (each finishes its
 # step and checkpoints), then the server. --resume restarts everyone from the newest step
@@ -107,7 +108,18 @@ trap stop_all EXIT
 
 run_dirs=()
 for cfg in "${configs[@]}"; do
-  name=$(sed -n 's/^name:[[:space:]]*\([^[:space:]#]*\).*/\1/p' "$cfg" | head -1)
+  if [[ -z "$resume_dir" ]]; then
+    # name and output.dir of the resolved config (file + --set), read by the worker's own
+    # config loader: a bad config fails here, naming the key.
+    resolved=$("$worker_bin" --config "$cfg" "${sets[@]}" --print-config) || exit 2
+    mapfile -t picked < <(printf '%s\n' "$resolved" | python3 -c '
+import sys, yaml
+c = yaml.safe_load(sys.stdin)
+print(c.get("name") or "run")
+print((c.get("output") or {}).get("dir") or "runs")')
+    name=${picked[0]}
+    out_dir=${picked[1]}
+  fi
   resume_args=()
   server_resume=()
   if [[ -n "$resume_dir" ]]; then
@@ -121,7 +133,7 @@ for cfg in "${configs[@]}"; do
     resume_args=(--resume auto)
     server_resume=(--resume "$run_dir/ckpt/server/step-$step.ckpt")
   else
-    run_dir=runs/${name:-run}/$(date +%Y%m%d-%H%M%S)
+    run_dir=$out_dir/$name/$(date +%Y%m%d-%H%M%S)
     mkdir -p "$run_dir"
     echo "== $cfg -> $run_dir ($workers workers)"
   fi
