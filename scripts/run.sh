@@ -51,9 +51,8 @@ print_table() {
     s=$d/summary.json
     [[ -f "$s" ]] || { echo "run.sh: $s missing" >&2; continue; }
     # rank 0's last epoch line: train accuracy and cumulative payload bytes (up + down)
-    last=$(grep '"rank": 0, "epoch"' "$d/metrics.jsonl" | grep train_acc | tail -n 1)
-    train_acc=$(echo "$last" | sed -n 's/.*"train_acc": \([0-9.e+-]*\).*/\1/p')
-    total=$(echo "$last" | sed -n 's/.*"bytes_total": \([0-9.e+-]*\).*/\1/p')
+    train_acc=$(python3 scripts/json_field.py --last-epoch "$d/metrics.jsonl" train_acc)
+    total=$(python3 scripts/json_field.py --last-epoch "$d/metrics.jsonl" bytes_total)
     exposed=$(field "$s" exposed_comm_ms)
     overlap=$(field "$s" overlap)
     printf '%-24s %8.4f %9.4f %13.0f %13.0f %9.1f %9.1f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.1f %7.1f %8.2f %7s\n' \
@@ -67,8 +66,8 @@ print_table() {
   echo "(times in ms per step; bytes are payload bytes per worker per step; MB_total: one worker's payload MB up + down over the run; plots: scripts/plot.sh $*)"
 }
 
-# Reads one numeric or string field from a flat JSON file.
-field() { sed -n "s/.*\"$2\"[[:space:]]*:[[:space:]]*\"\{0,1\}\([^,\"}]*\).*/\1/p" "$1" | head -1; }
+# Reads one field of a JSON object file (scripts/json_field.py: Python's json module).
+field() { python3 scripts/json_field.py "$1" "$2"; }
 
 if [[ ${#table_dirs[@]} -gt 0 ]]; then
   print_table "${table_dirs[@]}"

@@ -75,8 +75,8 @@ for g in "${!grid_keys[@]}"; do
   points=("${next[@]}")
 done
 
-# Reads one numeric or string field from a flat JSON file.
-field() { sed -n "s/.*\"$2\"[[:space:]]*:[[:space:]]*\"\{0,1\}\([^,\"}]*\).*/\1/p" "$1" | head -1; }
+# Reads one field of a JSON object file (scripts/json_field.py: Python's json module).
+field() { python3 scripts/json_field.py "$1" "$2"; }
 fields=(test_acc bytes_up_per_step bytes_down_per_step ratio_up ratio_down step_ms compute_ms
         encode_ms network_ms decode_ms wait_ms wall_s)
 csv=$out/results.csv

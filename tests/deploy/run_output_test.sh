@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/run.sh puts a run under <output.dir>/<name>/ of the resolved config (file + --set),
-# and refuses a bad --set before starting anything, exit 2, naming the key.
+# and refuses a bad --set before starting anything, exit 2, naming the key; run.sh --table
+# reads summary.json as JSON (any key order and spacing).
 # Usage: run_output_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src=$1
@@ -13,6 +14,12 @@ BUILD_DIR=$build bash scripts/run.sh configs/lenet_fmnist_m1.yaml --set "output.
   --set train.epochs=1 >"$out/log" 2>&1 || { cat "$out/log"; exit 1; }
 summary=$(ls "$out"/runs/output-check/*/summary.json)
 python3 -c 'import json, sys; s = json.load(open(sys.argv[1])); assert s["name"] == "output-check", s' "$summary"
+# The table reads JSON, not a layout: sorted keys, no spaces, a name with a comma and quotes.
+python3 -c 'import json, sys; p = sys.argv[1]; s = json.load(open(p)); s["test_acc"] = 0.4321
+s["name"] = "check, \"q\""
+json.dump(s, open(p, "w"), sort_keys=True, separators=(",", ":"))' "$summary"
+bash scripts/run.sh --table "$(dirname "$summary")" >"$out/table" 2>&1
+grep -Eq '^check, "q" +0\.4321 ' "$out/table" || { echo "run.sh --table:"; cat "$out/table"; exit 1; }
 rc=0
 BUILD_DIR=$build bash scripts/run.sh configs/lenet_fmnist_m1.yaml --set "output.dir=$out/bad" \
   --set train.lr=abc >"$out/bad.log" 2>&1 || rc=$?

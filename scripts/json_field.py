@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Reads fields of a run's JSON files for the shell scripts (run.sh, sweep.sh), with Python's
+json module instead of sed patterns that depend on key order and spacing.
+
+  json_field.py FILE KEY             a field of a JSON object file (summary.json)
+  json_field.py --last-epoch FILE KEY  a field of rank 0's last epoch line in metrics.jsonl
+
+Prints the value (true/false for booleans), or nothing when the file or key is missing; exit 1
+with the reason on a file that is not JSON."""
+import json
+import sys
+
+
+def show(v):
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def main(argv):
+    if len(argv) == 4 and argv[1] == "--last-epoch":
+        path, key, obj = argv[2], argv[3], None
+        try:
+            with open(path) as f:
+                for n, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        o = json.loads(line)
+                    except json.JSONDecodeError as e:
+                        sys.exit(f"json_field.py: {path}:{n}: not JSON: {e}")
+                    if o.get("rank") == 0 and "epoch" in o and "train_acc" in o:
+                        obj = o
+        except FileNotFoundError:
+            return
+        if obj is not None:
+            print(show(obj.get(key)))
+        return
+    if len(argv) != 3:
+        sys.exit(__doc__)
+    try:
+        with open(argv[1]) as f:
+            obj = json.load(f)
+    except FileNotFoundError:
+        return
+    except json.JSONDecodeError as e:
+        sys.exit(f"json_field.py: {argv[1]}: not JSON: {e}")
+    print(show(obj.get(argv[2])))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
