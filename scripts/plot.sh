@@ -18,19 +18,14 @@ for d in "$@"; do
   m=$d/metrics.jsonl
   [[ -f "$m" ]] || { echo "plot.sh: $m not found" >&2; exit 1; }
   label=$(basename "$(dirname "$d")")
-  # step, loss (rank 0)
-  grep -E '"rank": ?0,' "$m" | grep '"loss"' | awk -F'[:,}]' '{
-      for (j = 1; j < NF; j++) { if ($j ~ /"step"/) s = $(j+1); if ($j ~ /"loss"/) l = $(j+1) }
-      print s, l }' >"$tmp/loss$i.dat"
-  # step, cumulative bytes (MB, this worker, both directions), test_acc (rank 0, per epoch)
-  grep -E '"rank": ?0,' "$m" | grep '"test_acc"' | awk -F'[:,}]' '{
-      for (j = 1; j < NF; j++) {
-        if ($j ~ /"step"/) s = $(j+1); if ($j ~ /"bytes_total"/) b = $(j+1); if ($j ~ /"test_acc"/) a = $(j+1) }
-      print s, b / 1e6, a }' >"$tmp/acc$i.dat"
+  # step, loss (rank 0); step, cumulative payload bytes (this worker, both directions),
+  # test_acc (rank 0, per epoch). Read with python3's json module (scripts/json_field.py).
+  python3 "$(dirname "$0")/json_field.py" --rows "$m" step loss >"$tmp/loss$i.dat"
+  python3 "$(dirname "$0")/json_field.py" --rows "$m" step bytes_total test_acc >"$tmp/acc$i.dat"
   [[ -s "$tmp/loss$i.dat" ]] || { echo "plot.sh: no rank-0 step lines in $m" >&2; exit 1; }
   steps_plot+=("'$tmp/loss$i.dat' using 1:2 with lines title '$label'")
   acc_step_plot+=("'$tmp/acc$i.dat' using 1:3 with linespoints title '$label'")
-  acc_bytes_plot+=("'$tmp/acc$i.dat' using 2:3 with linespoints title '$label'")
+  acc_bytes_plot+=("'$tmp/acc$i.dat' using (\$2/1e6):3 with linespoints title '$label'")
   i=$((i + 1))
 done
 join() { local IFS=","; echo "$*"; }
