@@ -35,6 +35,7 @@
 # CAP_NET_ADMIN + CAP_SYS_ADMIN): ip netns and tc.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/launch.sh
 
 rate=100mbit
 delay_ms=0
@@ -229,14 +230,7 @@ for cfg in "${configs[@]}"; do
     >"$run_dir/server.out" 2>&1 &
   server_pid=$!
   children+=("$server_pid")
-  port=""
-  for _ in $(seq 300); do
-    port=$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$run_dir/server.out" | head -1)
-    [[ -n "$port" ]] && break
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  [[ -n "$port" ]] || { cat "$run_dir/server.out" >&2; echo "netem.sh: server did not start" >&2; exit 1; }
+  port=$(gp_server_port "$run_dir" "$server_pid") || { echo "netem.sh: server did not start" >&2; exit 1; }
   worker_pids=()
   for ((r = 0; r < workers; r++)); do
     addr=${server_ips[$r]}:$port
@@ -247,23 +241,10 @@ for cfg in "${configs[@]}"; do
     worker_pids+=($!)
     children+=($!)
   done
-  last=""
-  while kill -0 "${worker_pids[0]}" 2>/dev/null; do
-    line=$(grep -E "epoch|step" "$run_dir/worker-0.log" 2>/dev/null | tail -n 1 || true)
-    [[ -n "$line" && "$line" != "$last" ]] && echo "  $line" >&2 && last=$line
-    sleep 2
-  done
+  gp_follow "$run_dir" "${worker_pids[0]}"
   failed=0
-  for ((r = 0; r < workers; r++)); do
-    rc=0; wait "${worker_pids[$r]}" || rc=$?
-    if [[ $rc -ne 0 ]]; then
-      failed=1
-      echo "netem.sh: worker $r exited $rc; last lines of $run_dir/worker-$r.log:" >&2
-      tail -n 5 "$run_dir/worker-$r.log" >&2
-    fi
-  done
-  kill -TERM "$server_pid" 2>/dev/null || true
-  wait "$server_pid" 2>/dev/null || true
+  gp_wait_workers netem.sh "$run_dir" "${worker_pids[@]}" || failed=1
+  gp_stop_server "$server_pid"
   for ns in "${worker_ns[@]}"; do stop_ns "$ns"; done  # fault proxies
   children=()
   [[ $failed -eq 0 ]] || exit 1

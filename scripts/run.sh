@@ -15,6 +15,7 @@
 # that the server and every worker have a checkpoint of. Builds if needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/launch.sh
 
 configs=()
 sets=()
@@ -141,14 +142,7 @@ print((c.get("output") or {}).get("dir") or "runs")')
     --log-file "$run_dir/server.log" >"$run_dir/server.out" 2>&1 &
   server_pid=$!
   pids+=("$server_pid")
-  port=""
-  for _ in $(seq 300); do
-    port=$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$run_dir/server.out" | head -1)
-    [[ -n "$port" ]] && break
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  [[ -n "$port" ]] || { cat "$run_dir/server.out" >&2; echo "run.sh: server did not start" >&2; exit 1; }
+  port=$(gp_server_port "$run_dir" "$server_pid") || { echo "run.sh: server did not start" >&2; exit 1; }
   worker_pids=()
   for ((r = 0; r < workers; r++)); do
     "$worker_bin" --config "$cfg" "${sets[@]}" --rank "$r" --workers "$workers" \
@@ -157,23 +151,10 @@ print((c.get("output") or {}).get("dir") or "runs")')
     worker_pids+=($!)
     pids+=($!)
   done
-  last=""
-  while kill -0 "${worker_pids[0]}" 2>/dev/null; do
-    line=$(grep -E "epoch|step" "$run_dir/worker-0.log" 2>/dev/null | tail -n 1 || true)
-    [[ -n "$line" && "$line" != "$last" ]] && echo "  $line" && last=$line
-    sleep 2
-  done
+  gp_follow "$run_dir" "${worker_pids[0]}"
   failed=0
-  for ((r = 0; r < workers; r++)); do
-    rc=0; wait "${worker_pids[$r]}" || rc=$?
-    if [[ $rc -ne 0 ]]; then
-      failed=1
-      echo "run.sh: worker $r exited $rc; last lines of $run_dir/worker-$r.log:" >&2
-      tail -n 5 "$run_dir/worker-$r.log" >&2
-    fi
-  done
-  kill -TERM "$server_pid" 2>/dev/null || true
-  wait "$server_pid" 2>/dev/null || true
+  gp_wait_workers run.sh "$run_dir" "${worker_pids[@]}" || failed=1
+  gp_stop_server "$server_pid"
   pids=()
   [[ $failed -eq 0 ]] || exit 1
   run_dirs+=("$run_dir")
