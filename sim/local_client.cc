@@ -68,15 +68,10 @@ StepStats LocalClient::Exchange(int64_t step, int64_t base_step, int bucket,
   const auto [begin, end] = Keys(bucket);
   CheckTensors(*out, "PushPull output", begin, end);
   StepStats st;
-  std::vector<KeyPayload> payloads;
-  if (upload) upload->Acquire();
-  try {
-    payloads = Encode(step, grads, begin, end, &st);
-  } catch (...) {
-    if (upload) upload->Release();
-    throw;
-  }
-  if (upload) upload->Release();
+  worker::UplinkTurn turn(upload);  // held while encoding (there is no write to wait for)
+  turn.Take();
+  std::vector<KeyPayload> payloads = Encode(step, grads, begin, end, &st);
+  turn.Give();
   const server::PushPullResult r = store_->PushPull(id_, step, base_step, std::move(payloads),
                                                     Deadline(), /*wait=*/true, server_lr_, bucket);
   GP_ENFORCE(r.result != nullptr, "PushPull: the store sent no result of step ", step);

@@ -24,7 +24,7 @@ void Exchange::SetLr(double lr) {
       static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
   }
   // Methods 1-2: the server's SGD steps with the schedule; 3-5: its shadow weights do.
-  ctx_.client->set_server_lr(lr);
+  if (server_follows_lr()) ctx_.client->set_server_lr(lr);
 }
 
 std::vector<torch::Tensor> Exchange::Aliases() const {
@@ -160,10 +160,7 @@ class GaussianExchange : public Exchange {
     for (size_t i = 0; i < ctx_.params->size(); ++i) init.push_back(torch::zeros({2}));
     ctx_.client->InitOrPull(&init);
   }
-  void SetLr(double lr) override {  // nothing of the server's follows the schedule
-    for (auto& group : ctx_.optimizer->param_groups())
-      static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
-  }
+  bool server_follows_lr() const override { return false; }  // the server averages statistics
   StepStats Finish(int64_t step, StepMetrics* m) override {
     auto& params = *ctx_.params;
     std::vector<torch::Tensor> local(params.size()), global(params.size());

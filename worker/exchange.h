@@ -58,8 +58,10 @@ class Exchange {
   // After Init, a rejoin, or adopting the server's weights: go on from the server's step with
   // the current parameters. Returns the worker's local step there.
   virtual int64_t Reset(int64_t server_step) { return server_step; }
-  // The step's lr: the local optimizer's, and the server's SGD / shadow weights' (set_server_lr).
-  virtual void SetLr(double lr);
+  // The step's lr: the local optimizer's, and (where server_follows_lr) the server's SGD or
+  // shadow weights' (set_server_lr).
+  void SetLr(double lr);
+  virtual bool server_follows_lr() const { return true; }
 
   // Before forward of `step` (buckets: arms the hooks).
   virtual void Begin(int64_t step) { (void)step; }

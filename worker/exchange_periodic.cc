@@ -15,18 +15,15 @@ namespace {
 
 class PeriodicExchange : public Exchange {
  public:
-  using Exchange::Exchange;
-  void SetLr(double lr) override {  // local steps only: the server steps nothing
-    for (auto& group : ctx_.optimizer->param_groups())
-      static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
+  explicit PeriodicExchange(ExchangeContext ctx) : Exchange(ctx) {
+    for (const auto& p : *ctx.params) received_.push_back(torch::zeros_like(p));
   }
+  bool server_follows_lr() const override { return false; }  // local steps; the server averages
   int64_t Reset(int64_t server_step) override {
     syncs_ = server_step;  // the server counts syncs
     since_sync_ = 0;
     anchor_.clear();
     for (const auto& p : *ctx_.params) anchor_.push_back(p.detach().clone());
-    received_.clear();
-    for (const auto& p : *ctx_.params) received_.push_back(torch::zeros_like(p));
     return syncs_ * ctx_.config->sync.every;
   }
   StepStats Finish(int64_t step, StepMetrics* m) override {

@@ -297,19 +297,7 @@ StepStats PsClient::PushPullBucket(int64_t step, int bucket,
 StepStats PsClient::Exchange(int64_t step, int64_t base_step, int bucket,
                              const std::vector<torch::Tensor>& grads,
                              std::vector<torch::Tensor>* out, Uplink* upload) {
-  struct Turn {  // our turn on the uplink, while encoding and writing
-    Uplink* uplink;
-    bool held = false;
-    void Take() {
-      if (uplink && !held) uplink->Acquire();
-      held = uplink != nullptr;
-    }
-    void Give() {
-      if (held) uplink->Release();
-      held = false;
-    }
-    ~Turn() { Give(); }
-  } turn{upload};
+  UplinkTurn turn(upload);  // our turn on the uplink, while encoding and writing
   turn.Take();
   StepStats st;
   const auto [begin, end] = Keys(bucket);

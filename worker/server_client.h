@@ -85,6 +85,28 @@ class Uplink {
   virtual void Release() = 0;
 };
 
+// A carrier's turn on an Uplink (null: none), held from Take until Give or destruction; Take
+// again after Give (a retry) takes a new turn.
+class UplinkTurn {
+ public:
+  explicit UplinkTurn(Uplink* uplink) : uplink_(uplink) {}
+  ~UplinkTurn() { Give(); }
+  UplinkTurn(const UplinkTurn&) = delete;
+  UplinkTurn& operator=(const UplinkTurn&) = delete;
+  void Take() {
+    if (uplink_ && !held_) uplink_->Acquire();
+    held_ = uplink_ != nullptr;
+  }
+  void Give() {
+    if (held_) uplink_->Release();
+    held_ = false;
+  }
+
+ private:
+  Uplink* uplink_;
+  bool held_ = false;
+};
+
 class ServerClient {
  public:
   explicit ServerClient(ClientOptions options);  // validates options.push
