@@ -46,6 +46,9 @@ void ThrowIfError(const grpc::Status& status, const std::string& what) {
                                "security.token_file or $GRADPRESS_TOKEN to the server's token)");
     case grpc::StatusCode::UNAVAILABLE:
     case grpc::StatusCode::DEADLINE_EXCEEDED:
+    // Workers never cancel their own calls: CANCELLED is a server that stopped with the call
+    // in flight, as transient as UNAVAILABLE (a retry is deduplicated by the server).
+    case grpc::StatusCode::CANCELLED:
       throw Unavailable(msg + " (" + std::to_string(status.error_code()) + ")");
     default:
       throw Internal(msg + " (gRPC code " + std::to_string(status.error_code()) + ")");

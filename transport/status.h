@@ -7,8 +7,8 @@
 // Mapping: InvalidArgument -> INVALID_ARGUMENT, NotFound -> NOT_FOUND, FailedPrecondition ->
 // FAILED_PRECONDITION, Unavailable -> UNAVAILABLE, Internal and anything else -> INTERNAL.
 // Client side, UNAUTHENTICATED (a missing or bad bearer token) throws FailedPrecondition with
-// a hint, and is never retried; DEADLINE_EXCEEDED throws Unavailable (retried).
-// Thread-safety: pure functions.
+// a hint, and is never retried; DEADLINE_EXCEEDED and CANCELLED (a server stopping mid-call) throw
+// Unavailable (retried). Thread-safety: pure functions.
 #include <grpcpp/support/status.h>
 
 #include <exception>
