@@ -1,8 +1,9 @@
 // Client-side status mapping (transport/status.h): which gRPC codes a worker retries.
+#include "transport/status.h"
+
 #include <catch2/catch.hpp>
 
 #include "common/error.h"
-#include "transport/status.h"
 
 namespace gradpress::transport {
 namespace {
