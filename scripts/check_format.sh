@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Fails (exit 1) listing every tracked C++ file that clang-format (.clang-format, Google
-# base) would change. `scripts/check_format.sh --fix` rewrites them instead.
+# Fails (exit 1) listing every C++ file of the tree (tracked, or new and not ignored) that
+# clang-format (.clang-format, Google base) would change. `--fix` rewrites them instead; a new
+# file is checked before its first commit, as a fresh clone's CI will check it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mapfile -t files < <(git ls-files '*.h' '*.cc' 2>/dev/null || find . -name '*.h' -o -name '*.cc')
+mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.h' '*.cc' 2>/dev/null ||
+  find . -name '*.h' -o -name '*.cc')
 if [[ "${1:-}" == "--fix" ]]; then
   clang-format -i "${files[@]}"
   exit 0
