@@ -15,7 +15,7 @@ PACKAGES=(
   dataset-fashion-mnist
   clang-format gnuplot-nox iproute2 procps
   docker-compose python3-grpcio python3-yaml
-  openssl clang-14 libclang-rt-14-dev llvm-14
+  openssl curl clang-14 libclang-rt-14-dev llvm-14
 )
 
 missing=()
