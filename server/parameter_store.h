@@ -1,7 +1,9 @@
 #pragma once
 // ParameterStore: the parameter server's logic, without gRPC. It holds the model's tensors by
 // key, registers workers, validates and aggregates their pushes per step, steps the server
-// optimizer (exchange=weights) and encodes each step's result once with the pull codec.
+// optimizer (exchange=weights) and encodes each step's result once with the pull codec. It is
+// a facade over four parts: Membership (membership.h), ModelState (model_state.h),
+// Aggregation (aggregation.h: per-bucket steps) and Elections (elections.h).
 //
 //   ParameterStore store(options);
 //   auto r = store.Register({"worker-0", 1}, model_specs, config_hash);
@@ -28,94 +30,25 @@
 // never applied twice. Pushes are decoded straight into one accumulator per key, never kept
 // per worker beyond their (compressed) payload bytes.
 // Thread-safety: every method may be called concurrently (one gRPC thread per RPC).
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
-#include <tuple>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/checkpoint.h"
 #include "common/thread_pool.h"
-#include "compressors/compressor.h"
-#include "compressors/compressor_config.h"
-#include "server/sgd.h"
+#include "server/aggregation.h"
+#include "server/elections.h"
+#include "server/membership.h"
+#include "server/model_state.h"
+#include "server/store_types.h"
 
 namespace gradpress::server {
-
-using Clock = std::chrono::steady_clock;
-
-using compressors::KeyPayload;
-using compressors::TensorSpec;
-
-struct WorkerId {
-  std::string name;
-  uint64_t incarnation = 0;
-};
-
-struct StoreOptions {
-  int workers = 2;                     // workers expected to register
-  bool async = false;                  // sync barrier, or apply each push at once
-  bool exchange_weights = false;       // server steps SGD and returns weights (methods 1-2)
-  SgdOptions sgd;                      // used when exchange_weights
-  compressors::CompressorConfig pull;  // codec (+ error feedback) of what the server returns
-  int64_t min_numel = 1024;            // smaller tensors travel uncompressed
-  bool skip_1d = false;                // 1-D tensors (bias, BN) travel uncompressed
-  int stats_every = 100;               // steps between counter log lines; 0 = never
-  double worker_timeout_s = 30;        // silence after which a worker leaves the barrier
-  int max_staleness = 4;               // async: steps a push's base may lag
-  int threads = 2;                     // keys decoded / encoded in parallel
-  std::string checkpoint_dir;          // "" = no checkpoints
-  int64_t checkpoint_every = 0;        // server steps between checkpoints; 0 = on Stop only
-  int checkpoint_keep = 3;             // newest checkpoint files kept
-  int64_t max_model_bytes = int64_t{4096} << 20;  // a larger first Register is refused
-  // Sync gradient methods: also step these weights with shadow_sgd on each step's mean (the
-  // workers' own update: their optimizer, or lr 1 for method 6's averaged deltas), so that
-  // Weights() serves what the workers hold -- a lone restarted worker pulls it.
-  bool shadow_weights = false;
-  SgdOptions shadow_sgd;  // its lr is replaced by a push's lr when one is sent
-};
-
-struct RegisterResult {
-  int rank = 0;
-  int world_size = 0;
-  int64_t server_step = 0;
-  bool initialized = false;
-};
-
-// One step's result, encoded once and shared by every worker that asks for it.
-struct StepResult {
-  int64_t step = 0;                  // the step this result completes (its index, 0-based)
-  int contributors = 0;              // pushes averaged into it
-  double server_ms = 0;              // time to finalize (mean, optimizer, encode)
-  std::vector<KeyPayload> payloads;  // model order
-  uint64_t PayloadBytes() const;
-};
-
-struct PushPullResult {
-  std::shared_ptr<const StepResult> result;
-  double wait_ms = 0;      // time this push waited for the other workers
-  double apply_ms = 0;     // validate + decode + accumulate
-  bool duplicate = false;  // the push had been applied before
-};
-
-struct StoreStats {
-  int64_t steps = 0;
-  uint64_t bytes_in = 0;   // payload bytes of applied pushes
-  uint64_t bytes_out = 0;  // payload bytes sent (counted by the transport)
-  int live_workers = 0;
-  std::map<std::string, uint64_t> rejected;  // by reason
-  uint64_t duplicates = 0;       // pushes of an applied (worker, incarnation, step): acknowledged
-  uint64_t faults_injected = 0;  // calls answered UNAVAILABLE by the server's fault injector
-  double mean_server_ms = 0;     // apply + finalize per step, mean
-  std::string Prometheus() const;
-};
 
 class ParameterStore {
  public:
@@ -223,60 +156,25 @@ class ParameterStore {
   void RestoreCheckpoint(const Checkpoint& c);
 
  private:
-  struct KeyState {
-    int64_t numel = 0;
-    std::vector<float> weights;
-    std::vector<float> accum;                // sum of the open step's pushes
-    std::unique_ptr<std::mutex[]> block_mu;  // one per kBlock elements of accum
-    SgdState sgd;
-    std::unique_ptr<compressors::Compressor> pull;  // pull codec with its own error feedback
-  };
-  struct WorkerState {
-    int rank = 0;
-    uint64_t incarnation = 0;
-    Clock::time_point last_seen;
-    bool live = true;
-    bool restored = false;    // known from a restored checkpoint, not registered since: its
-                              // calls are refused ("register again"); steps wait for it
-    int64_t async_step = -1;  // async: last push counter applied
-  };
-  // Where a streamed push lands: one vector per key of its bucket.
-  using Buffer = std::vector<std::vector<float>>;
-  // One bucket's step aggregation (parameter_store_lane.h): keys [begin, end), its open
-  // step's pushes, staging buffers and the newest result.
-  struct Lane;
-  WorkerState& CheckWorker(const WorkerId& w);  // mu_ held
-  void Reject(const std::string& reason);       // counts; mu_ not held
-  // Validates every push (structure, decode, finite) and returns them in model order.
-  std::vector<const compressors::Payload*> Validate(const std::vector<KeyPayload>& pushes);
-  // Work items over all keys: a whole key for a compressed payload; kBlock-element ranges of
-  // a "none" payload, which is read in place (no decode buffer) and split across threads.
-  struct Item {
-    size_t key;
-    int64_t begin, end;
-    bool raw;  // "none": floats read straight from the payload bytes
-  };
-  static constexpr int64_t kBlock = 1 << 20;
-  std::vector<Item> Items(const std::vector<const compressors::Payload*>& ordered) const;
-  void SetModel(const std::vector<TensorSpec>& model, const std::string& config_hash);  // mu_
-  // Replaces the lanes by one per bucket (empty: one for the whole model); mu_ held, lanes idle.
-  void SetLanes(const std::vector<int>& bucket_keys);
-  Lane& LaneOf(int bucket, const WorkerId& w);  // mu_ held; InvalidArgument if out of range
-  void MaybeFinalize(Lane& lane);               // mu_ held
-  void MaybeFinalizeAll();                      // mu_ held
-  bool LanesEven() const;                       // mu_ held: every lane at step_
-  void MaybeCheckpoint();                       // mu_ held: every checkpoint_every steps
+  // The store is a facade over four parts, all guarded by mu_ (one lock: a step's completion
+  // touches membership, aggregation and model state at once):
+  //   members_   who registered, who is live (server/membership.h)
+  //   model_     weights, accumulators, optimizer and pull-codec state (server/model_state.h)
+  //   agg_       per-bucket step aggregation and results (server/aggregation.h); the streamed
+  //              pushes that fill it are in parameter_store_push.cc
+  //   elections_ method 6's votes (server/elections.h)
+  Member& CheckWorker(const WorkerId& w);  // mu_ held
+  void Reject(const std::string& reason);  // counts; mu_ not held
+  ModelState::Reject Rejecter() {
+    return [this](const char* reason) { Reject(reason); };
+  }
+  // The first Register's model; mu_ held.
+  void SetModel(const std::vector<TensorSpec>& model, const std::string& config_hash);
+  void MaybeFinalize(Lane& lane);  // mu_ held
+  void MaybeFinalizeAll();         // mu_ held
+  void MaybeCheckpoint();          // mu_ held: every checkpoint_every steps
   Checkpoint SaveCheckpointLocked() const;
   std::string WriteCheckpointLocked();
-  int64_t last_checkpoint_step_ = -1;
-  void MaybeElect();  // mu_ held: completes the elections every live worker voted in
-  // A fresh result of keys [begin, end) of the weights, or of the accumulator times `scale`
-  // (the mean), lossless or with the pull codec; `spare` (may be null) recycles buffers.
-  std::shared_ptr<StepResult> Encode(int64_t step, bool weights, bool lossless, size_t begin,
-                                     size_t end, float scale,
-                                     std::vector<std::string>* spare);  // mu_ held
-  // Async: the current weights with the pull codec, encoded once per server step.
-  std::shared_ptr<const StepResult> AsyncWeights();  // mu_ held
   // Where a streamed push lands (sync: the accumulator for the lane's first push of a step,
   // else a staging buffer; async: a staging buffer). Staging buffers are allocated once per
   // lane and reused, at most kMaxStaging, so memory does not grow with the number of workers;
@@ -289,48 +187,20 @@ class ParameterStore {
   PushPullResult AsyncPush(const WorkerId& w, int64_t step, int64_t base_step,
                            const std::vector<float*>& grads, uint64_t bytes,
                            std::optional<double> lr);
-  static int64_t FirstNonFinite(const float* x, int64_t n);  // index, or -1
-  // (key, begin, end) element ranges of kBlock over keys [first, last): the unit of parallel
-  // work on big keys.
-  std::vector<std::tuple<size_t, int64_t, int64_t>> Blocks(size_t first, size_t last) const;
-  static bool PlainNone(const compressors::Compressor& c);  // "none" without decorators
-  const compressors::Compressor& Decoder(const std::string& codec);
-  std::shared_ptr<const StepResult> FindResult(const Lane& lane, int64_t step) const;  // mu_
-  // Every lane's result of `step` as one (Pull without a bucket); null if one is missing.
-  std::shared_ptr<const StepResult> JoinedResult(int64_t step) const;  // mu_ held
 
   const StoreOptions opt_;
   ThreadPool pool_;
   mutable std::mutex mu_;
   std::condition_variable step_cv_;
   bool shutdown_ = false;
-  std::vector<TensorSpec> model_;
-  std::map<std::string, size_t> key_index_;
-  std::vector<std::unique_ptr<KeyState>> keys_;
-  std::string config_hash_;
-  bool initialized_ = false;
-  WorkerId initialized_by_;  // whose InitWeights won
-  std::map<std::string, WorkerState> workers_;
-  int next_rank_ = 0;
-  Clock::time_point first_register_;          // until all expected workers registered (or the
-                                              // worker timeout passed), steps do not complete
-  int64_t step_ = 0;                          // steps every lane completed (sync: the open step)
-  std::vector<std::unique_ptr<Lane>> lanes_;  // one per bucket, model order
-  std::vector<int> bucket_keys_;              // the registered split (empty: none)
-  bool layout_set_ = false;                   // a Register fixed the split (reset by a restore)
-  std::map<std::string, int> in_call_;        // calls inside PushPull (incl. the barrier wait)
-  std::shared_ptr<const StepResult> weights_result_;  // async cache, by step_
-  struct Election {
-    std::map<std::string, double> scores;  // by worker name
-    int best_rank = -1;                    // set once every live worker voted
-    double best_score = 0;
-  };
-  std::map<int64_t, Election> elections_;  // by round; the last few kept
-  int64_t weights_version_ = 0;            // 0 at init, round + 1 after PublishWeights
+  Membership members_;
+  ModelState model_;
+  Aggregation agg_;
+  Elections elections_;
+  int64_t step_ = 0;  // steps every lane completed (sync: the open step)
+  int64_t last_checkpoint_step_ = -1;
   StoreStats stats_;
   double total_server_ms_ = 0;
-  std::mutex decoders_mu_;
-  std::map<std::string, std::unique_ptr<compressors::Compressor>> decoders_;
 };
 
 }  // namespace gradpress::server

@@ -11,7 +11,6 @@
 #include "common/byte_io.h"
 #include "common/error.h"
 #include "server/parameter_store.h"
-#include "server/parameter_store_lane.h"
 
 namespace gradpress::server {
 
@@ -26,12 +25,13 @@ Checkpoint ParameterStore::SaveCheckpointLocked() const {
   std::string meta;
   ByteWriter w(&meta);
   w.Put<uint64_t>(static_cast<uint64_t>(step_));
-  w.Put<uint64_t>(static_cast<uint64_t>(weights_version_));
-  w.Put<uint8_t>(initialized_ ? 1 : 0);
-  w.PutVarint(config_hash_.size());
-  w.PutBytes(config_hash_.data(), config_hash_.size());
+  w.Put<uint64_t>(static_cast<uint64_t>(model_.weights_version));
+  w.Put<uint8_t>(model_.initialized ? 1 : 0);
+  const std::string& hash = model_.config_hash();
+  w.PutVarint(hash.size());
+  w.PutBytes(hash.data(), hash.size());
   w.PutVarint(model_.size());
-  for (const TensorSpec& t : model_) {
+  for (const TensorSpec& t : model_.specs()) {
     w.PutVarint(t.key.size());
     w.PutBytes(t.key.data(), t.key.size());
     w.Put<uint8_t>(static_cast<uint8_t>(t.dtype));
@@ -41,30 +41,15 @@ Checkpoint ParameterStore::SaveCheckpointLocked() const {
   c.Put("meta", std::move(meta));
   std::string members;
   ByteWriter m(&members);
-  m.PutVarint(workers_.size());
-  for (const auto& [name, ws] : workers_) {
-    m.PutVarint(name.size());
-    m.PutBytes(name.data(), name.size());
-    m.Put<uint64_t>(ws.incarnation);
-    m.Put<int32_t>(ws.rank);
-  }
+  members_.Save(&m);
   c.Put("members", std::move(members));
-  for (size_t i = 0; i < model_.size(); ++i) {
-    const KeyState& k = *keys_[i];
-    const std::string& key = model_[i].key;
-    c.Put("weights/" + key, FloatBytes(k.weights.data(), k.weights.size()));
-    c.Put("momentum/" + key,
-          FloatBytes(k.sgd.momentum_buffer.data(), k.sgd.momentum_buffer.size()));
-    std::string pull;
-    k.pull->SaveState(&pull);
-    c.Put("pull/" + key, std::move(pull));
-  }
+  model_.Save(&c);
   return c;
 }
 
 void ParameterStore::RestoreCheckpoint(const Checkpoint& c) {
   std::lock_guard<std::mutex> lock(mu_);
-  GP_ENFORCE_AS(FailedPrecondition, workers_.empty() && model_.empty(),
+  GP_ENFORCE_AS(FailedPrecondition, members_.empty() && model_.empty(),
                 "a checkpoint can only be restored before any worker registers");
   const std::string context = "server checkpoint " + c.path;
   ByteReader r(c.Get("meta"), context.c_str());
@@ -91,67 +76,31 @@ void ParameterStore::RestoreCheckpoint(const Checkpoint& c) {
   }
   r.ExpectEnd();
   GP_ENFORCE(step == c.step, context, ": meta says step ", step, ", the header ", c.step);
-  std::map<std::string, WorkerState> members;  // absent in checkpoints before membership
-  int next_rank = 0;
+  Membership members(opt_.workers, opt_.worker_timeout_s);  // none in checkpoints before them
   if (c.Has("members")) {
     ByteReader mr(c.Get("members"), context.c_str());
-    const uint64_t n = mr.GetVarint("member count");
-    GP_ENFORCE(n <= mr.remaining(), context, ": ", n, " members in ", mr.remaining(), " bytes");
-    for (uint64_t i = 0; i < n; ++i) {
-      const uint64_t len = mr.GetVarint("member name length");
-      GP_ENFORCE(len <= mr.remaining(), context, ": member name of ", len, " bytes");
-      const std::string name(mr.GetBytes(len, "member name"));
-      WorkerState ws;
-      ws.incarnation = mr.Get<uint64_t>("incarnation");
-      ws.rank = mr.Get<int32_t>("rank");
-      GP_ENFORCE(ws.rank >= 0 && ws.rank < 1 << 20, context, ": member '", name, "' has rank ",
-                 ws.rank);
-      ws.live = false;
-      ws.restored = true;
-      ws.last_seen = Clock::now();
-      next_rank = std::max(next_rank, ws.rank + 1);
-      GP_ENFORCE(members.emplace(name, ws).second, context, ": member '", name, "' twice");
-    }
-    mr.ExpectEnd();
+    members.Restore(&mr, context);
   }
   // Build the keys, then fill them; nothing is kept if any key does not fit.
   SetModel(model, hash);
   try {
-    for (size_t i = 0; i < model_.size(); ++i) {
-      KeyState& k = *keys_[i];
-      const std::string& key = model_[i].key;
-      std::vector<float> weights = BytesToFloats(c.Get("weights/" + key), context + " " + key);
-      GP_ENFORCE(static_cast<int64_t>(weights.size()) == k.numel, context, ": key '", key, "' has ",
-                 weights.size(), " weights, its shape ", k.numel);
-      std::vector<float> momentum =
-          BytesToFloats(c.Get("momentum/" + key), context + " momentum " + key);
-      GP_ENFORCE(momentum.empty() || static_cast<int64_t>(momentum.size()) == k.numel, context,
-                 ": key '", key, "' has ", momentum.size(), " momentum values, its shape ",
-                 k.numel);
-      k.pull->LoadState(c.Get("pull/" + key));
-      k.weights = std::move(weights);
-      k.sgd.momentum_buffer = std::move(momentum);
-    }
+    model_.Load(c, context);
   } catch (...) {
-    model_.clear();
-    key_index_.clear();
-    keys_.clear();
-    lanes_.clear();
-    config_hash_.clear();
+    model_.Clear();
+    agg_.Clear();
     throw;
   }
-  workers_ = std::move(members);
-  next_rank_ = next_rank;
-  first_register_ = Clock::now();
+  members_ = std::move(members);
   step_ = step;
-  for (auto& lane : lanes_) lane->step = step;
-  layout_set_ = false;  // the first worker back brings its bucket split
-  weights_version_ = version;
-  initialized_ = initialized;
+  agg_.SetStep(step);
+  agg_.layout_set = false;  // the first worker back brings its bucket split
+  model_.weights_version = version;
+  model_.initialized = initialized;
   last_checkpoint_step_ = step;
   stats_.steps = step;
   spdlog::info("restored {} at step {} ({} keys, {} members to register again)",
-               c.path.empty() ? "checkpoint" : c.path, step, model_.size(), workers_.size());
+               c.path.empty() ? "checkpoint" : c.path, step, model_.size(),
+               members_.members().size());
 }
 
 std::string ParameterStore::WriteCheckpoint() {
@@ -161,7 +110,7 @@ std::string ParameterStore::WriteCheckpoint() {
 
 std::string ParameterStore::WriteCheckpointLocked() {
   if (opt_.checkpoint_dir.empty() || model_.empty() || last_checkpoint_step_ == step_) return "";
-  if (!LanesEven()) {  // some buckets of the open step are done: the weights are mid-step
+  if (!agg_.Even()) {  // some buckets of the open step are done: the weights are mid-step
     spdlog::warn(
         "no checkpoint of step {}: part of the next step is applied; the newest "
         "checkpoint stays the previous one",

@@ -9,7 +9,6 @@
 #include "common/tensor_bytes.h"
 #include "common/timer.h"
 #include "server/parameter_store.h"
-#include "server/parameter_store_lane.h"
 
 namespace gradpress::server {
 
@@ -20,7 +19,7 @@ struct ParameterStore::PushSession::State {
   int64_t step = 0, base_step = 0;
   Clock::time_point deadline;
   std::optional<double> lr;  // exchange=weights: the SGD step's learning rate
-  bool in_call = false;      // counted in in_call_ (a worker inside a call is alive)
+  bool in_call = false;      // Membership::Enter'ed (a worker inside a call is alive)
   bool in_flight = false;    // in lane->in_flight
   bool duplicate = false;    // acknowledged, its pieces ignored
   bool has_early = false;    // async duplicate: `early` is the answer
@@ -50,11 +49,7 @@ ParameterStore::PushSession::~PushSession() {
   std::lock_guard<std::mutex> lock(store.mu_);
   if (st.in_flight) st.lane->in_flight.erase(st.w.name);
   store.ReleaseTarget(st);
-  if (st.in_call) {
-    if (--store.in_call_[st.w.name] == 0) store.in_call_.erase(st.w.name);
-    auto it = store.workers_.find(st.w.name);
-    if (it != store.workers_.end()) it->second.last_seen = Clock::now();
-  }
+  if (st.in_call) store.members_.Leave(st.w.name);
 }
 
 std::unique_ptr<ParameterStore::PushSession> ParameterStore::BeginPush(
@@ -72,19 +67,19 @@ std::unique_ptr<ParameterStore::PushSession> ParameterStore::BeginPush(
   PushSession::State& st = *state;
   std::unique_ptr<PushSession> session(new PushSession(std::move(state)));  // before the lock:
   std::unique_lock<std::mutex> lock(mu_);  // its destructor takes mu_
-  ++in_call_[w.name];
+  members_.Enter(w.name);
   st.in_call = true;
   GP_ENFORCE_AS(Unavailable, !shutdown_, "server is shutting down");
   try {
-    WorkerState& ws = CheckWorker(w);
-    GP_ENFORCE_AS(FailedPrecondition, initialized_, "the server has no initial weights yet");
-    Lane& lane = LaneOf(bucket, w);
+    Member& ws = CheckWorker(w);
+    GP_ENFORCE_AS(FailedPrecondition, model_.initialized, "the server has no initial weights yet");
+    Lane& lane = agg_.Of(bucket, w);
     st.lane = &lane;
     if (opt_.async) {
       if (step <= ws.async_step) {
         ++stats_.duplicates;
         st.duplicate = st.has_early = true;
-        st.early = {AsyncWeights(), 0, 0, /*duplicate=*/true};
+        st.early = {model_.AsyncWeights(step_), 0, 0, /*duplicate=*/true};
         return session;
       }
       GP_ENFORCE_AS(FailedPrecondition, step_ - base_step <= opt_.max_staleness, "worker '", w.name,
@@ -126,7 +121,7 @@ void ParameterStore::AcquireTarget(PushSession::State& st, std::unique_lock<std:
       lane.accum_owned = true;
       lane.accum_holders = 1;
       st.owner = true;
-      for (size_t i = lane.begin; i < lane.end; ++i) st.dst.push_back(keys_[i]->accum.data());
+      for (size_t i = lane.begin; i < lane.end; ++i) st.dst.push_back(model_.key(i).accum.data());
       return;
     }
     if (!lane.staging_free.empty() || lane.staging_count < kMaxStaging) break;
@@ -138,7 +133,7 @@ void ParameterStore::AcquireTarget(PushSession::State& st, std::unique_lock<std:
   if (lane.staging_free.empty()) {
     auto b = std::make_unique<Buffer>(lane.keys());
     for (size_t i = lane.begin; i < lane.end; ++i)
-      (*b)[i - lane.begin].assign(keys_[i]->numel, 0.f);
+      (*b)[i - lane.begin].assign(model_.key(i).numel, 0.f);
     ++lane.staging_count;
     lane.staging_free.push_back(std::move(b));
   }
@@ -164,13 +159,13 @@ void ParameterStore::PushSession::Add(const Piece& piece, std::string_view bytes
   Timer t;
   ParameterStore& S = *st.store;
   size_t i = st.last;
-  if (i >= S.model_.size() || S.model_[i].key != piece.key) {
-    auto it = S.key_index_.find(std::string(piece.key));
-    if (it == S.key_index_.end()) {
+  if (i >= S.model_.size() || S.model_.spec(i).key != piece.key) {
+    const int64_t at = S.model_.Index(std::string(piece.key));
+    if (at < 0) {
       S.Reject("bad_key_or_shape");
       throw InvalidArgument("unknown key '" + std::string(piece.key) + "'");
     }
-    i = st.last = it->second;
+    i = st.last = static_cast<size_t>(at);
   }
   if (i < st.lane->begin || i >= st.lane->end) {
     S.Reject("bad_key_or_shape");
@@ -179,17 +174,17 @@ void ParameterStore::PushSession::Add(const Piece& piece, std::string_view bytes
   }
   const size_t j = i - st.lane->begin;  // the key within the lane
   State::KeyIn& k = st.keys[j];
-  const std::string& key = S.model_[i].key;
-  const int64_t numel = S.keys_[i]->numel;
+  const std::string& key = S.model_.spec(i).key;
+  const int64_t numel = S.model_.key(i).numel;
   auto bad = [&](const char* reason, const std::string& what) {
     S.Reject(reason);
     throw InvalidArgument("key '" + key + "': " + what);
   };
   if (!k.started) {
-    if (piece.shape != S.model_[i].shape) {
+    if (piece.shape != S.model_.spec(i).shape) {
       bad("bad_key_or_shape", "shape " + ShapeToString(piece.shape) +
                                   " does not match the model's " +
-                                  ShapeToString(S.model_[i].shape));
+                                  ShapeToString(S.model_.spec(i).shape));
     }
     if (piece.offset != 0)
       bad("undecodable", "first chunk at offset " + std::to_string(piece.offset));
@@ -208,7 +203,7 @@ void ParameterStore::PushSession::Add(const Piece& piece, std::string_view bytes
     }
     if (!k.raw) {
       try {
-        S.Decoder(k.codec);
+        S.model_.Decoder(k.codec);
       } catch (const Error& e) {
         bad("undecodable", std::string("payload does not decode: ") + e.what());
       }
@@ -235,7 +230,7 @@ void ParameterStore::PushSession::Add(const Piece& piece, std::string_view bytes
       std::memcpy(out + k.got + done, bytes.data() + done, n);
       done += n;
       const int64_t upto = static_cast<int64_t>((k.got + done) / sizeof(float));
-      const int64_t at = FirstNonFinite(st.dst[j] + checked, upto - checked);
+      const int64_t at = ModelState::FirstNonFinite(st.dst[j] + checked, upto - checked);
       if (at >= 0) {
         bad("non_finite",
             "decoded gradient has NaN or Inf at element " + std::to_string(checked + at));
@@ -264,7 +259,7 @@ PushPullResult ParameterStore::PushSession::Commit(bool wait) {
     GP_ENFORCE_AS(Unavailable, !S.shutdown_, "server is shutting down");
     GP_ENFORCE_AS(Unavailable, lane.step > st.step, "timed out waiting for step ", st.step,
                   " to complete; retry");
-    auto r = S.FindResult(lane, st.step);
+    auto r = lane.Find(st.step);
     GP_ENFORCE_AS(FailedPrecondition, r != nullptr, "result of step ", st.step,
                   " is no longer kept (server step ", S.step_, ")");
     return {r, waited.ElapsedMs(), 0, /*duplicate=*/true};
@@ -274,7 +269,7 @@ PushPullResult ParameterStore::PushSession::Commit(bool wait) {
   std::vector<size_t> coded;  // keys to decode, within the lane
   for (size_t j = 0; j < st.keys.size(); ++j) {
     const State::KeyIn& k = st.keys[j];
-    const std::string& key = S.model_[first + j].key;
+    const std::string& key = S.model_.spec(first + j).key;
     if (!k.started) {
       S.Reject("bad_key_or_shape");
       throw InvalidArgument("push is missing key '" + key + "'");
@@ -290,15 +285,15 @@ PushPullResult ParameterStore::PushSession::Commit(bool wait) {
   std::vector<char> non_finite(coded.size(), 0);
   S.pool_.ParallelFor(static_cast<int64_t>(coded.size()), [&](int64_t j) {
     const size_t i = coded[j];
-    const std::string& key = S.model_[first + i].key;
-    const int64_t numel = S.keys_[first + i]->numel;
+    const std::string& key = S.model_.spec(first + i).key;
+    const int64_t numel = S.model_.key(first + i).numel;
     try {
-      S.Decoder(st.keys[i].codec).DecodeTo(st.keys[i].bytes, numel, st.dst[i]);
+      S.model_.Decoder(st.keys[i].codec).DecodeTo(st.keys[i].bytes, numel, st.dst[i]);
     } catch (const Error& e) {
       errors[j] = "key '" + key + "': payload does not decode: " + e.what();
       return;
     }
-    const int64_t at = FirstNonFinite(st.dst[i], numel);
+    const int64_t at = ModelState::FirstNonFinite(st.dst[i], numel);
     if (at >= 0) {
       non_finite[j] = 1;
       errors[j] =
@@ -333,21 +328,23 @@ PushPullResult ParameterStore::CommitSync(PushSession::State& st, bool wait) {
     Timer t;
     if (lane.accum_holders == 0) {  // nothing in the accumulator: the staging buffer becomes it
       for (size_t i = lane.begin; i < lane.end; ++i)
-        keys_[i]->accum.swap((*st.staging)[i - lane.begin]);
+        model_.key(i).accum.swap((*st.staging)[i - lane.begin]);
       lane.accum_holders = 1;
     } else {  // added outside mu_; the step cannot complete before this push is counted
       ++lane.accum_holders;
       lock.unlock();
       std::vector<std::pair<size_t, int64_t>> blocks;
       for (size_t i = lane.begin; i < lane.end; ++i)
-        for (int64_t b = 0; b < keys_[i]->numel; b += kBlock) blocks.push_back({i, b});
+        for (int64_t b = 0; b < model_.key(i).numel; b += ModelState::kBlock)
+          blocks.push_back({i, b});
       pool_.ParallelFor(static_cast<int64_t>(blocks.size()), [&](int64_t j) {
         const auto [i, b] = blocks[j];
-        KeyState& k = *keys_[i];
-        std::lock_guard<std::mutex> block_lock(k.block_mu[b / kBlock]);
+        KeyState& k = model_.key(i);
+        std::lock_guard<std::mutex> block_lock(k.block_mu[b / ModelState::kBlock]);
         float* acc = k.accum.data();
         const float* s = st.dst[i - lane.begin];
-        for (int64_t e = b, end = std::min(k.numel, b + kBlock); e < end; ++e) acc[e] += s[e];
+        for (int64_t e = b, end = std::min(k.numel, b + ModelState::kBlock); e < end; ++e)
+          acc[e] += s[e];
       });
       lock.lock();
     }
@@ -371,7 +368,7 @@ PushPullResult ParameterStore::CommitSync(PushSession::State& st, bool wait) {
   GP_ENFORCE_AS(Unavailable, !shutdown_, "server is shutting down");
   GP_ENFORCE_AS(Unavailable, lane.step > step, "timed out waiting for the other workers at step ",
                 step, "; the push is kept: retry to wait again");
-  return {FindResult(lane, step), waited.ElapsedMs(), st.apply_ms, false};
+  return {lane.Find(step), waited.ElapsedMs(), st.apply_ms, false};
 }
 
 PushPullResult ParameterStore::PushPull(const WorkerId& w, int64_t step, int64_t base_step,

@@ -10,9 +10,7 @@
 #include "common/error.h"
 #include "common/tensor_bytes.h"
 #include "common/timer.h"
-#include "compressors/none.h"
 #include "server/parameter_store.h"
-#include "server/parameter_store_lane.h"
 
 namespace gradpress::server {
 
@@ -22,11 +20,11 @@ PushPullResult ParameterStore::AsyncPush(const WorkerId& w, int64_t step, int64_
                                          const std::vector<float*>& grads, uint64_t bytes,
                                          std::optional<double> lr) {
   std::lock_guard<std::mutex> lock(mu_);
-  lanes_.front()->in_flight.erase(w.name);  // async: one lane
-  WorkerState& ws = workers_.at(w.name);
+  agg_.lanes().front()->in_flight.erase(w.name);  // async: one lane
+  Member& ws = *members_.Find(w.name);            // checked by BeginPush; members are never removed
   if (step <= ws.async_step) {
     ++stats_.duplicates;
-    return {AsyncWeights(), 0, 0, true};
+    return {model_.AsyncWeights(step_), 0, 0, true};
   }
   // Re-check staleness: other pushes may have landed while this one was validated.
   if (step_ - base_step > opt_.max_staleness) {
@@ -39,95 +37,27 @@ PushPullResult ParameterStore::AsyncPush(const WorkerId& w, int64_t step, int64_
   Timer t;
   SgdOptions sgd = opt_.sgd;
   if (lr) sgd.lr = *lr;
-  pool_.ParallelFor(static_cast<int64_t>(keys_.size()), [&](int64_t i) {
-    KeyState& k = *keys_[i];
+  pool_.ParallelFor(static_cast<int64_t>(model_.size()), [&](int64_t i) {
+    KeyState& k = model_.key(i);
     SgdStep(sgd, k.weights.data(), grads[i], k.numel, &k.sgd);
   });
   stats_.bytes_in += bytes;
   ws.async_step = step;
   ++step_;
-  lanes_.front()->step = step_;
+  agg_.SetStep(step_);
   ++stats_.steps;
   MaybeCheckpoint();
   total_server_ms_ += t.ElapsedMs();
-  return {AsyncWeights(), 0, t.ElapsedMs(), false};
+  return {model_.AsyncWeights(step_), 0, t.ElapsedMs(), false};
 }
 
 void ParameterStore::MaybeFinalize(Lane& lane) {
   if (lane.contributors == 0 || lane.accum_owned) return;
-  int registered = 0;  // restored members count once they registered again
-  for (const auto& [name, ws] : workers_) registered += !ws.restored;
-  if (registered < opt_.workers) {
-    const auto waited = std::chrono::duration<double>(Clock::now() - first_register_).count();
-    if (waited < opt_.worker_timeout_s) return;  // the others may still be starting
-    if (lane.index == 0) {
-      spdlog::warn("only {} of {} workers registered after {:.1f} s: step {} goes on without them",
-                   registered, opt_.workers, waited, lane.step);
-    }
-  }
-  for (const auto& [name, ws] : workers_)
-    if (ws.live && !lane.pushed.count(name)) return;
-  Timer t;
-  // Mean of the pushes received; exchange=weights then steps the optimizer on it. A mean
-  // sent uncompressed is scaled while Encode copies it; the others are scaled in place.
-  const float inv = 1.f / static_cast<float>(lane.contributors);
-  SgdOptions sgd = opt_.sgd;
-  if (lane.lr) sgd.lr = *lane.lr;
-  const auto blocks = Blocks(lane.begin, lane.end);
-  pool_.ParallelFor(static_cast<int64_t>(blocks.size()), [&](int64_t j) {
-    const auto [i, begin, end] = blocks[j];
-    if (!opt_.exchange_weights && PlainNone(*keys_[i]->pull)) return;
-    float* a = keys_[i]->accum.data();
-    for (int64_t e = begin; e < end; ++e) a[e] *= inv;
-  });
-  if (opt_.exchange_weights) {
-    pool_.ParallelFor(static_cast<int64_t>(lane.keys()), [&](int64_t j) {
-      KeyState& k = *keys_[lane.begin + j];
-      SgdStep(sgd, k.weights.data(), k.accum.data(), k.numel, &k.sgd);
-    });
-  }
-  // The previous result's buffers, unless a pull still holds it: no fresh pages per step.
-  if (lane.results.size() == 1 && lane.results.front().use_count() == 1) {
-    for (auto& kp : std::const_pointer_cast<StepResult>(lane.results.front())->payloads)
-      lane.spare_bytes.push_back(std::move(kp.payload.bytes));
-    lane.results.clear();
-  }
-  std::shared_ptr<StepResult> result =
-      Encode(lane.step, opt_.exchange_weights, false, lane.begin, lane.end,
-             opt_.exchange_weights ? 1.f : inv, &lane.spare_bytes);
-  if (opt_.shadow_weights && !opt_.exchange_weights) {
-    // The workers' own update on the mean just sent (the accumulator is still this step's:
-    // the next step's pushes wait for the lane's step to advance, under mu_).
-    SgdOptions shadow = opt_.shadow_sgd;
-    if (lane.lr) shadow.lr = *lane.lr;
-    pool_.ParallelFor(static_cast<int64_t>(lane.keys()), [&](int64_t j) {
-      const size_t i = lane.begin + j;
-      KeyState& k = *keys_[i];
-      if (PlainNone(*k.pull)) {
-        for (float& a : k.accum) a *= inv;  // not yet scaled in place (see above)
-        SgdStep(shadow, k.weights.data(), k.accum.data(), k.numel, &k.sgd);
-        return;
-      }
-      // A compressed pull: the workers step on what they decode, not on the exact mean. The
-      // accumulator is free once encoded: decode into it, no buffer per step.
-      const compressors::Payload& p = result->payloads[j].payload;
-      Decoder(p.codec).DecodeTo(p.bytes, k.numel, k.accum.data());
-      SgdStep(shadow, k.weights.data(), k.accum.data(), k.numel, &k.sgd);
-    });
-  }
-  lane.accum_holders = 0;  // the next step's first push overwrites the accumulator
-  result->contributors = lane.contributors;
-  result->server_ms = t.ElapsedMs() + lane.apply_ms / lane.contributors;
-  lane.results.push_back(result);
-  while (lane.results.size() > 1) lane.results.pop_front();  // the barrier orders steps
+  if (members_.Starting(lane.index == 0, lane.step) || !Aggregation::Ready(lane, members_)) return;
+  auto result = Aggregation::Finalize(lane, &model_, opt_, &pool_);
   total_server_ms_ += result->server_ms;
-  ++lane.step;
-  lane.pushed.clear();
-  lane.contributors = 0;
-  lane.apply_ms = 0;
-  lane.lr.reset();
   step_cv_.notify_all();
-  if (!LanesEven()) return;  // the step is complete once its last bucket is
+  if (!agg_.Even()) return;  // the step is complete once its last bucket is
   step_ = lane.step;
   ++stats_.steps;
   MaybeCheckpoint();
@@ -143,88 +73,16 @@ void ParameterStore::MaybeFinalize(Lane& lane) {
 }
 
 void ParameterStore::MaybeFinalizeAll() {
-  for (auto& lane : lanes_) MaybeFinalize(*lane);
-}
-
-bool ParameterStore::LanesEven() const {
-  for (const auto& lane : lanes_)
-    if (lane->step != lanes_.front()->step) return false;
-  return true;
-}
-
-std::shared_ptr<const StepResult> ParameterStore::AsyncWeights() {
-  if (!weights_result_ || weights_result_->step != step_)
-    weights_result_ = Encode(step_, true, false, 0, keys_.size(), 1.f, nullptr);
-  return weights_result_;
-}
-
-std::vector<std::tuple<size_t, int64_t, int64_t>> ParameterStore::Blocks(size_t first,
-                                                                         size_t last) const {
-  std::vector<std::tuple<size_t, int64_t, int64_t>> blocks;
-  for (size_t i = first; i < last; ++i)
-    for (int64_t b = 0; b < keys_[i]->numel; b += kBlock)
-      blocks.emplace_back(i, b, std::min(keys_[i]->numel, b + kBlock));
-  return blocks;
-}
-
-bool ParameterStore::PlainNone(const compressors::Compressor& c) {
-  return dynamic_cast<const compressors::NoneCompressor*>(&c) != nullptr;
-}
-
-std::shared_ptr<StepResult> ParameterStore::Encode(int64_t step, bool weights, bool lossless,
-                                                   size_t first, size_t last, float scale,
-                                                   std::vector<std::string>* spare) {
-  auto r = std::make_shared<StepResult>();
-  r->step = step;
-  const size_t n = last - first;
-  r->payloads.resize(n);
-  const bool recycle = spare != nullptr && spare->size() == n;
-  std::vector<char> copy(n);  // fp32 values: copied block by block below
-  for (size_t j = 0; j < n; ++j) {
-    const size_t i = first + j;
-    KeyPayload& out = r->payloads[j];
-    out.key = model_[i].key;
-    out.payload.shape = model_[i].shape;
-    out.payload.dtype = model_[i].dtype;
-    if (recycle) out.payload.bytes = std::move((*spare)[j]);
-    copy[j] = lossless || PlainNone(*keys_[i]->pull);
-    out.payload.codec = copy[j] ? "none" : keys_[i]->pull->Name();
-    const size_t size = copy[j] ? keys_[i]->numel * sizeof(float) : 0;
-    if (out.payload.bytes.size() != size) {  // a recycled buffer of the right size is
-      out.payload.bytes.clear();             // overwritten as it is, not zeroed first
-      out.payload.bytes.resize(size);
-    }
-  }
-  if (spare) spare->clear();
-  if (weights) scale = 1.f;
-  const auto blocks = Blocks(first, last);
-  pool_.ParallelFor(static_cast<int64_t>(blocks.size()), [&](int64_t b) {
-    const auto [i, begin, end] = blocks[b];
-    const size_t j = i - first;
-    KeyState& k = *keys_[i];
-    const float* src = weights ? k.weights.data() : k.accum.data();
-    std::string& bytes = r->payloads[j].payload.bytes;
-    if (!copy[j]) {  // a whole key per codec call, from its first block's item
-      if (begin == 0) k.pull->EncodeTo(src, k.numel, {model_[i].key, step}, &bytes);
-      return;
-    }
-    float* dst = reinterpret_cast<float*>(bytes.data());
-    if (scale == 1.f) {
-      std::memcpy(dst + begin, src + begin, (end - begin) * sizeof(float));
-    } else {
-      for (int64_t e = begin; e < end; ++e) dst[e] = src[e] * scale;
-    }
-  });
-  return r;
+  for (const auto& lane : agg_.lanes()) MaybeFinalize(*lane);
 }
 
 std::shared_ptr<const StepResult> ParameterStore::Pull(const WorkerId& w, int64_t step,
                                                        Clock::time_point deadline, int bucket) {
   std::unique_lock<std::mutex> lock(mu_);
   CheckWorker(w);
-  GP_ENFORCE_AS(FailedPrecondition, initialized_, "the server has no weights yet");
-  if (opt_.async) return AsyncWeights();
-  const Lane* lane = bucket >= 0 || lanes_.size() == 1 ? &LaneOf(bucket, w) : nullptr;
+  GP_ENFORCE_AS(FailedPrecondition, model_.initialized, "the server has no weights yet");
+  if (opt_.async) return model_.AsyncWeights(step_);
+  const Lane* lane = bucket >= 0 || agg_.size() == 1 ? &agg_.Of(bucket, w) : nullptr;
   if (step < 0) {
     step = (lane ? lane->step : step_) - 1;
     GP_ENFORCE_AS(FailedPrecondition, step >= 0, "no step has completed yet");
@@ -233,23 +91,10 @@ std::shared_ptr<const StepResult> ParameterStore::Pull(const WorkerId& w, int64_
   step_cv_.wait_until(lock, deadline, [&] { return shutdown_ || done(); });
   GP_ENFORCE_AS(Unavailable, !shutdown_, "server is shutting down");
   GP_ENFORCE_AS(Unavailable, done(), "timed out waiting for step ", step, "; retry");
-  auto r = lane ? FindResult(*lane, step) : JoinedResult(step);
+  auto r = lane ? lane->Find(step) : agg_.Joined(step);
   GP_ENFORCE_AS(FailedPrecondition, r != nullptr, "result of step ", step,
                 " is no longer kept (server step ", step_, ")");
   return r;
-}
-
-std::shared_ptr<const StepResult> ParameterStore::JoinedResult(int64_t step) const {
-  auto joined = std::make_shared<StepResult>();
-  joined->step = step;
-  for (const auto& lane : lanes_) {
-    auto r = FindResult(*lane, step);
-    if (!r) return nullptr;
-    joined->contributors = std::max(joined->contributors, r->contributors);
-    joined->server_ms += r->server_ms;
-    joined->payloads.insert(joined->payloads.end(), r->payloads.begin(), r->payloads.end());
-  }
-  return joined;
 }
 
 int64_t ParameterStore::Heartbeat(const WorkerId& w) {
@@ -260,17 +105,9 @@ int64_t ParameterStore::Heartbeat(const WorkerId& w) {
 
 void ParameterStore::CheckTimeouts() {
   std::lock_guard<std::mutex> lock(mu_);
-  const auto now = Clock::now();
-  const auto limit = std::chrono::duration<double>(opt_.worker_timeout_s);
-  for (auto& [name, ws] : workers_) {
-    if (ws.live && now - ws.last_seen > limit && !in_call_.count(name)) {
-      ws.live = false;
-      spdlog::warn("worker '{}' silent for {:.1f} s: dropped from the barrier at step {}", name,
-                   std::chrono::duration<double>(now - ws.last_seen).count(), step_);
-    }
-  }
+  members_.DropSilent(Clock::now(), step_);
   MaybeFinalizeAll();  // a drop, or the registration grace ending, may complete the open step
-  MaybeElect();
+  if (elections_.Complete(members_)) step_cv_.notify_all();
 }
 
 void ParameterStore::Shutdown() {
@@ -291,7 +128,7 @@ void ParameterStore::CountFaultInjected() {
 
 std::vector<TensorSpec> ParameterStore::model() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return model_;
+  return model_.specs();
 }
 
 int64_t ParameterStore::step() const {
@@ -302,8 +139,7 @@ int64_t ParameterStore::step() const {
 StoreStats ParameterStore::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   StoreStats s = stats_;
-  s.live_workers = 0;
-  for (const auto& [name, ws] : workers_) s.live_workers += ws.live;
+  s.live_workers = members_.Live();
   s.mean_server_ms = s.steps ? total_server_ms_ / static_cast<double>(s.steps) : 0.0;
   return s;
 }

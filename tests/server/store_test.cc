@@ -138,20 +138,31 @@ TEST_CASE("async: every push applied exactly once, staleness bounded", "[server]
   opts.max_staleness = 3;
   Cluster c(opts);
   const auto specs = Specs({{1000}});
+  std::vector<int> duplicates(2, 0);  // asserted on the main thread, after the join
   Cluster::Parallel(2, [&](int w) {
     worker::PsClient client(c.Client(w));
     client.Register(specs);
     auto params = Zeros(specs);
     client.InitOrPull(&params);
     for (int64_t i = 0; i < 10; ++i) {
-      // Gradient (w + 1): the weights end at -(1 + 2) * 10 if each push lands once.
-      const int64_t base = c.runner.store().step();
-      client.Push(i, {torch::full({1000}, static_cast<float>(w + 1))}, base);
+      // Gradient (w + 1): the weights end at -(1 + 2) * 10 if each push lands once. A push
+      // the other worker made stale meanwhile (a loaded machine) is refused unapplied and
+      // sent again on a fresh base, as an async worker does.
+      int64_t base = 0;
+      for (int attempt = 0;; ++attempt) {
+        base = c.runner.store().step();
+        try {
+          client.Push(i, {torch::full({1000}, static_cast<float>(w + 1))}, base);
+          break;
+        } catch (const FailedPrecondition&) {
+          if (attempt == 20) throw;
+        }
+      }
       // A retry of the same push is acknowledged and ignored.
-      auto again = client.Push(i, {torch::full({1000}, 100.f)}, base);
-      CHECK(again.duplicate);
+      duplicates[w] += client.Push(i, {torch::full({1000}, 100.f)}, base).duplicate;
     }
   });
+  CHECK(duplicates == std::vector<int>{10, 10});
   worker::PsClient reader(c.Client(0));
   reader.Register(specs);
   auto out = Zeros(specs);
