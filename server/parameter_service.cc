@@ -188,20 +188,20 @@ grpc::Status ParameterService::PullWeights(grpc::ServerContext* ctx, const proto
   }
 }
 
-PushPullResult ParameterService::StreamPush(grpc::ServerContext* ctx, RawStream* stream,
-                                            bool wait) {
+PushPullResult ReadPushStream(ParameterStore* store, PushFrameReader* frames,
+                              Clock::time_point deadline, bool wait) {
   grpc::ByteBuffer buffer;
   transport::WireMessage m;
-  GP_ENFORCE(stream->Read(&buffer), "push stream ended before its header");
+  GP_ENFORCE(frames->Read(&buffer), "push stream ended before its header");
   transport::ParseMessage(&buffer, &m);
   proto::PushHeader h;
   GP_ENFORCE(m.has_header && h.ParseFromString(m.header),
              "push stream must start with a PushHeader");
-  auto session = store_->BeginPush(
-      Id(h.worker_id(), h.incarnation()), h.step(), h.base_step(), Deadline(ctx),
+  auto session = store->BeginPush(
+      Id(h.worker_id(), h.incarnation()), h.step(), h.base_step(), deadline,
       h.has_lr() ? std::optional<double>(h.lr()) : std::nullopt, h.has_bucket() ? h.bucket() : -1);
   ParameterStore::Piece piece;
-  while (stream->Read(&buffer)) {
+  while (frames->Read(&buffer)) {
     transport::ParseMessage(&buffer, &m);
     GP_ENFORCE(m.has_chunk, "push stream has a second header");
     const proto::TensorChunk& c = m.chunk;
@@ -218,6 +218,16 @@ PushPullResult ParameterService::StreamPush(grpc::ServerContext* ctx, RawStream*
     }
   }
   return session->Commit(wait);
+}
+
+PushPullResult ParameterService::StreamPush(grpc::ServerContext* ctx, RawStream* stream,
+                                            bool wait) {
+  struct Frames : PushFrameReader {
+    explicit Frames(RawStream* s) : stream(s) {}
+    bool Read(grpc::ByteBuffer* frame) override { return stream->Read(frame); }
+    RawStream* stream;
+  } frames(stream);
+  return ReadPushStream(store_, &frames, Deadline(ctx), wait);
 }
 
 grpc::Status ParameterService::RawPushPull(grpc::ServerContext* ctx, RawStream* stream) {

@@ -28,6 +28,21 @@
 
 namespace gradpress::server {
 
+// The raw messages of one push stream, in order; Read returns false at its end. The service
+// reads them from gRPC; fuzz/push_fuzz.cc hands it fuzzed bytes.
+class PushFrameReader {
+ public:
+  virtual ~PushFrameReader() = default;
+  virtual bool Read(grpc::ByteBuffer* frame) = 0;
+};
+
+// The service's push path (PushPull and Push): parses a PushHeader then TensorChunks
+// (transport/wire.h) and streams them into store->BeginPush as views of the frames; returns
+// the session's Commit(wait). Throws InvalidArgument for a malformed stream, and whatever
+// BeginPush, Add and Commit throw.
+PushPullResult ReadPushStream(ParameterStore* store, PushFrameReader* frames,
+                              Clock::time_point deadline, bool wait);
+
 // What the gate checks: a bearer token ("" = none) and the server-side injected faults.
 struct ServiceGate {
   std::string token;
