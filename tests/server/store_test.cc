@@ -1,5 +1,12 @@
 // The server and client end to end: server in-process on 127.0.0.1:0, workers as threads.
+// Assertions run on the main thread only (Catch2's are not thread-safe): the worker threads
+// record what they saw.
+#include <future>
+#include <string>
+#include <tuple>
+
 #include "tests/server/cluster.h"
+#include "tests/wait_for.h"
 
 namespace gradpress::testing {
 namespace {
@@ -21,6 +28,9 @@ torch::Tensor Grad(int worker, int64_t step, const std::vector<int64_t>& shape, 
 TEST_CASE("sync, 4 workers, codec none: each worker receives the mean", "[server]") {
   Cluster c(Options(4));
   const auto specs = Specs({{300, 20}, {7}, {1000}});
+  // Per worker and step: contributors, and per key max |received - mean|.
+  std::vector<std::vector<int>> contributors(4, std::vector<int>(5, -1));
+  std::vector<std::vector<std::vector<float>>> error(4, std::vector<std::vector<float>>(5));
   Cluster::Parallel(4, [&](int w) {
     worker::PsClient client(c.Client(w));
     client.Register(specs);
@@ -30,15 +40,23 @@ TEST_CASE("sync, 4 workers, codec none: each worker receives the mean", "[server
       std::vector<torch::Tensor> grads, out = Zeros(specs);
       for (size_t k = 0; k < specs.size(); ++k) grads.push_back(Grad(w, step, specs[k].shape, k));
       auto st = client.PushPull(step, grads, &out);
-      CHECK(st.contributors == 4);
+      contributors[w][step] = st.contributors;
       for (size_t k = 0; k < specs.size(); ++k) {
         torch::Tensor mean = torch::zeros(specs[k].shape);
         for (int o = 0; o < 4; ++o) mean += Grad(o, step, specs[k].shape, k);
         mean /= 4;
-        CHECK((out[k] - mean).abs().max().item<float>() < 1e-6f);
+        error[w][step].push_back((out[k] - mean).abs().max().item<float>());
       }
     }
   });
+  for (int w = 0; w < 4; ++w) {
+    for (int64_t step = 0; step < 5; ++step) {
+      INFO("worker " << w << " step " << step);
+      CHECK(contributors[w][step] == 4);
+      REQUIRE(error[w][step].size() == specs.size());
+      for (float e : error[w][step]) CHECK(e < 1e-6f);
+    }
+  }
   CHECK(c.runner.store().step() == 5);
 }
 
@@ -194,13 +212,17 @@ TEST_CASE("a worker that stops pushing does not deadlock the barrier", "[server]
   // Dropped workers must register again; then they are in the barrier again.
   CHECK_THROWS_AS(quiet.PushPull(1, {torch::ones({100})}, &out), gradpress::FailedPrecondition);
   quiet.Register(specs);
+  std::vector<worker::StepStats> s(2);
+  std::vector<std::vector<torch::Tensor>> o(2, Zeros(specs));
   Cluster::Parallel(2, [&](int w) {
     auto& client = w == 0 ? active : quiet;
-    std::vector<torch::Tensor> o = Zeros(specs);
-    auto s = client.PushPull(1, {torch::full({100}, static_cast<float>(w))}, &o);
-    CHECK(s.contributors == 2);
-    CHECK(o[0].eq(0.5f).all().item<bool>());
+    s[w] = client.PushPull(1, {torch::full({100}, static_cast<float>(w))}, &o[w]);
   });
+  for (int w = 0; w < 2; ++w) {
+    INFO("worker " << w);
+    CHECK(s[w].contributors == 2);
+    CHECK(o[w][0].eq(0.5f).all().item<bool>());
+  }
 }
 
 TEST_CASE("heartbeats keep a worker that is busy elsewhere in the barrier", "[server]") {
@@ -216,13 +238,26 @@ TEST_CASE("heartbeats keep a worker that is busy elsewhere in the barrier", "[se
   fast.Register(specs);
   auto params = Zeros(specs);
   fast.InitOrPull(&params);
+  const uint64_t before = c.runner.store().Stats().bytes_in;
+  std::vector<worker::StepStats> st(2);
+  std::vector<std::vector<torch::Tensor>> out(2, Zeros(specs));
   Cluster::Parallel(2, [&](int w) {
-    auto out = Zeros(specs);
-    if (w == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // "evaluating"
-    auto st = (w == 0 ? fast : slow).PushPull(0, {torch::full({100}, 2.f * w)}, &out);
-    CHECK(st.contributors == 2);
-    CHECK(out[0].eq(1.f).all().item<bool>());
+    if (w == 1) {
+      // Once the fast worker's push is in and it waits at the barrier, the slow one is busy
+      // "evaluating" for 3x the timeout, silent but for its heartbeats. This sleep is the
+      // silence under test; the wait before it orders the events.
+      GP_ENFORCE(WaitFor([&] { return c.runner.store().Stats().bytes_in > before; }),
+                 "the fast worker's push never arrived");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+    }
+    st[w] = (w == 0 ? fast : slow).PushPull(0, {torch::full({100}, 2.f * w)}, &out[w]);
   });
+  for (int w = 0; w < 2; ++w) {
+    INFO("worker " << w);
+    CHECK(st[w].contributors == 2);
+    CHECK(out[w][0].eq(1.f).all().item<bool>());
+  }
+  CHECK(st[0].wait_ms > 1000);  // the barrier held through the whole silence
 }
 
 TEST_CASE("step 0 waits for every expected worker to register", "[server]") {
@@ -232,16 +267,27 @@ TEST_CASE("step 0 waits for every expected worker to register", "[server]") {
   early.Register(specs);
   auto params = Zeros(specs);
   early.InitOrPull(&params);
-  std::thread late([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  server::ParameterStore& store = c.runner.store();
+  const uint64_t before = store.Stats().bytes_in;
+  int64_t step_when_late_came = -1;
+  worker::StepStats st;
+  auto out = Zeros(specs);
+  Cluster::Parallel(2, [&](int w) {
+    if (w == 0) {
+      st = early.PushPull(0, {torch::full({100}, 2.f)}, &out);
+      return;
+    }
+    // The late worker registers only once the early one's push is in: the step must still
+    // be open then, waiting for it.
+    GP_ENFORCE(WaitFor([&] { return store.Stats().bytes_in > before; }),
+               "the early worker's push never arrived");
+    step_when_late_came = store.step();
     worker::PsClient client(c.Client(1));
     client.Register(specs);
-    auto out = Zeros(specs);
-    client.PushPull(0, {torch::full({100}, 4.f)}, &out);
+    auto late_out = Zeros(specs);
+    client.PushPull(0, {torch::full({100}, 4.f)}, &late_out);
   });
-  auto out = Zeros(specs);
-  auto st = early.PushPull(0, {torch::full({100}, 2.f)}, &out);
-  late.join();
+  CHECK(step_when_late_came == 0);
   CHECK(st.contributors == 2);
   CHECK(out[0].eq(3.f).all().item<bool>());
 }
@@ -281,21 +327,20 @@ TEST_CASE("a restored server keeps its members: they register again with their r
   worker::PsClient w1(client_options(1, 3));
   // Ranks are kept; the step waits until both members are back.
   CHECK(w1.Register(specs).rank == ranks[1]);
-  std::atomic<bool> done{false};
-  worker::StepStats st1;
-  std::thread t([&] {
+  const uint64_t before = store.Stats().bytes_in;
+  auto pending = std::async(std::launch::async, [&] {
     auto out = Zeros(specs);
-    st1 = w1.PushPull(2, {torch::full({100}, 4.f)}, &out);
-    done = true;
+    return w1.PushPull(2, {torch::full({100}, 4.f)}, &out);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  CHECK_FALSE(done.load());  // worker-0 has not registered again yet
-  CHECK(c.runner.store().step() == 2);
+  // worker-1's push is in; worker-0 has not registered again yet: the step stays open.
+  REQUIRE(WaitFor([&] { return store.Stats().bytes_in > before; }));
+  CHECK(store.step() == 2);
+  CHECK(pending.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
   worker::PsClient w0(client_options(0, 3));
   CHECK(w0.Register(specs).rank == ranks[0]);
   auto out = Zeros(specs);
   auto st0 = w0.PushPull(2, {torch::full({100}, 2.f)}, &out);
-  t.join();
+  const worker::StepStats st1 = pending.get();
   CHECK(st0.contributors == 2);
   CHECK(st1.contributors == 2);
   CHECK(out[0].eq(3.f).all().item<bool>());
@@ -310,28 +355,42 @@ TEST_CASE("elect the best worker, who publishes the weights everyone pulls", "[s
     clients.push_back(std::make_unique<worker::PsClient>(c.Client(w)));
     CHECK(clients[w]->Register(specs).rank == w);
   }
+  std::vector<int> best(3, -1);
+  std::vector<double> best_score(3, -1);
+  std::vector<std::string> refused(3);  // the error of a loser's PublishWeights
+  std::vector<std::vector<torch::Tensor>> got(3, Zeros(specs));
   Cluster::Parallel(3, [&](int w) {
     auto params = Zeros(specs);
     clients[w]->InitOrPull(&params);
     const double score[3] = {0.5, 0.9, 0.9};  // a tie goes to the lower rank: 1
-    const auto [best, best_score] = clients[w]->Elect(/*round=*/0, score[w]);
-    CHECK(best == 1);
-    CHECK(best_score == 0.9);
+    std::tie(best[w], best_score[w]) = clients[w]->Elect(/*round=*/0, score[w]);
     std::vector<torch::Tensor> mine = {torch::full({50}, static_cast<float>(w))};
-    if (w == best) {
+    if (w == best[w]) {
       clients[w]->PublishWeights(0, mine);
     } else {
-      CHECK_THROWS_WITH(clients[w]->PublishWeights(0, mine), Catch::Contains("was not elected"));
+      try {
+        clients[w]->PublishWeights(0, mine);
+        refused[w] = "(not refused)";
+      } catch (const Error& e) {
+        refused[w] = e.what();
+      }
     }
-    auto got = Zeros(specs);
-    clients[w]->PullWeights(&got, /*min_version=*/1);  // waits for the publication
-    CHECK(got[0].eq(1.f).all().item<bool>());
+    clients[w]->PullWeights(&got[w], /*min_version=*/1);  // waits for the publication
   });
+  for (int w = 0; w < 3; ++w) {
+    INFO("worker " << w << ": " << refused[w]);
+    CHECK(best[w] == 1);
+    CHECK(best_score[w] == 0.9);
+    if (w != 1) CHECK_THAT(refused[w], Catch::Contains("was not elected"));
+    CHECK(got[w][0].eq(1.f).all().item<bool>());
+  }
 }
 
 TEST_CASE("sync Push then Pull(step) returns the step's mean", "[server]") {
   Cluster c(Options(2));
   const auto specs = Specs({{5000}});
+  std::vector<std::vector<int64_t>> server_step(2, std::vector<int64_t>(3, -1));
+  std::vector<std::vector<torch::Tensor>> got(2, std::vector<torch::Tensor>(3));
   Cluster::Parallel(2, [&](int w) {
     worker::PsClient client(c.Client(w));
     client.Register(specs);
@@ -340,11 +399,17 @@ TEST_CASE("sync Push then Pull(step) returns the step's mean", "[server]") {
     for (int64_t step = 0; step < 3; ++step) {
       client.Push(step, {torch::full({5000}, static_cast<float>(w + step))});
       auto out = Zeros(specs);
-      auto st = client.Pull(&out, step);
-      CHECK(st.server_step == step);
-      CHECK(out[0].eq(0.5f + step).all().item<bool>());
+      server_step[w][step] = client.Pull(&out, step).server_step;
+      got[w][step] = out[0];
     }
   });
+  for (int w = 0; w < 2; ++w) {
+    for (int64_t step = 0; step < 3; ++step) {
+      INFO("worker " << w << " step " << step);
+      CHECK(server_step[w][step] == step);
+      CHECK(got[w][step].eq(0.5f + step).all().item<bool>());
+    }
+  }
 }
 
 TEST_CASE("a 50M-element model makes a full push and pull", "[server][slow]") {
