@@ -40,6 +40,9 @@ std::vector<torch::Tensor> Grads(int w) {
   return {torch::randn({1000}, gen), torch::randn({3, 5}, gen)};
 }
 
+// The payload bytes of one push of Grads(w): "none", float32.
+constexpr uint64_t kPushBytes = 4 * (1000 + 3 * 5);
+
 // Sends a tensor's "none" payload in pieces of `piece` bytes (floats straddle pieces).
 void AddInPieces(ParameterStore::PushSession& s, const std::string& key, const torch::Tensor& t,
                  size_t piece) {
@@ -76,12 +79,20 @@ TEST_CASE("streamed push: odd pieces, staging push committed before the first", 
   auto first = s.store.BeginPush({Name(0), 1}, 0, 0, Soon());   // lands in the accumulator
   auto second = s.store.BeginPush({Name(1), 1}, 0, 0, Soon());  // in a staging buffer
   AddAll(*second, Grads(1), 7);
-  // The staging push waits for the first to land before it is added.
-  auto committed = std::async(std::launch::async, [&] { return second->Commit(false); });
+  // The staging push waits for the first to land before it is added: when its Commit
+  // returns, both pushes are counted.
+  const uint64_t before = s.store.Stats().bytes_in;
+  uint64_t bytes_when_committed = 0;
+  auto committed = std::async(std::launch::async, [&] {
+    auto r = second->Commit(false);
+    bytes_when_committed = s.store.Stats().bytes_in;
+    return r;
+  });
   CHECK(committed.wait_for(std::chrono::milliseconds(50)) == std::future_status::timeout);
   AddAll(*first, Grads(0), 4096 + 3);
   first->Commit(false);
   committed.get();
+  CHECK(bytes_when_committed == before + 2 * kPushBytes);
   auto r = s.store.Pull({Name(0), 1}, 0, Soon());
   REQUIRE(r->contributors == 2);
   CheckMean(*r, {Grads(0), Grads(1)});
@@ -118,7 +129,40 @@ TEST_CASE("streamed push broken off or rejected midway leaves the store unchange
 
 TEST_CASE("more concurrent pushes than buffers: the later ones wait for a free one", "[server]") {
   Store s(4);
-  for (int64_t step = 0; step < 3; ++step) {
+  const uint64_t before = s.store.Stats().bytes_in;
+  // Step 0, in a known order: worker-0's push holds the accumulator, worker-1's the one
+  // staging buffer (kMaxStaging = 1, server/parameter_store.h).
+  auto first = s.store.BeginPush({Name(0), 1}, 0, 0, Soon());
+  auto second = s.store.BeginPush({Name(1), 1}, 0, 0, Soon());
+  // A third push finds no buffer free and waits for one, here until its short deadline.
+  CHECK_THROWS_WITH(
+      s.store.BeginPush({Name(2), 1}, 0, 0, server::Clock::now() + std::chrono::milliseconds(100)),
+      Catch::Contains("no staging buffer came free before the deadline"));
+  CHECK(s.store.Stats().bytes_in == before);  // and changed nothing
+  // Given time, it gets the buffer the second push frees when it lands, not before: both
+  // earlier pushes are counted by the time its BeginPush returns.
+  uint64_t bytes_when_third_began = 0;
+  auto third = std::async(std::launch::async, [&] {
+    auto session = s.store.BeginPush({Name(2), 1}, 0, 0, Soon());
+    bytes_when_third_began = s.store.Stats().bytes_in;
+    AddAll(*session, Grads(2), 1 << 10);
+    return session->Commit(false);
+  });
+  AddAll(*second, Grads(1), 1 << 10);
+  AddAll(*first, Grads(0), 1 << 10);
+  first->Commit(false);
+  second->Commit(false);
+  third.get();
+  CHECK(bytes_when_third_began == before + 2 * kPushBytes);
+  auto last = s.store.BeginPush({Name(3), 1}, 0, 0, Soon());
+  AddAll(*last, Grads(3), 1 << 10);
+  const auto r0 = last->Commit();
+  REQUIRE(r0.result);
+  CHECK(r0.result->contributors == 4);
+  CheckMean(*r0.result, {Grads(0), Grads(1), Grads(2), Grads(3)});
+  CHECK(s.store.Stats().bytes_in == before + 4 * kPushBytes);
+  // Then steps of four pushes at once, in whatever order the threads run.
+  for (int64_t step = 1; step < 4; ++step) {
     std::vector<std::shared_ptr<const server::StepResult>> got(4);
     Cluster::Parallel(4, [&](int w) {
       auto session = s.store.BeginPush({Name(w), 1}, step, 0, Soon());
