@@ -4,15 +4,17 @@
 // Input: [options][slice cut] then records ([u16 length][bytes], fuzz_util.h), each one raw
 // gRPC message; a boundary record ends a stream (at most kStreams per input).
 //   options bits 0-1, the path:
-//     0  PushPull (sync, gradients): ParseMessage -> BeginPush -> Add pieces -> Commit(wait)
-//     1  Push (sync, exchange=weights): the same with Commit(wait=false)
+//     0  PushPull (sync, gradients): server::ReadPushStream, wait for the result
+//     1  Push (sync, exchange=weights): server::ReadPushStream without waiting
 //     2  PushPull (async, exchange=weights)
 //     3  InitWeights: protobuf PushMessage -> PayloadAssembler -> ParameterStore::InitWeights
 //   bit 2: the pull codec is topk+qsgd with error feedback (else none); bit 3: shadow weights.
-// This mirrors ParameterService::StreamPush / ReadPush (server/parameter_service.cc) line by
-// line. Oracles besides the sanitizers: only gradpress::Error may be thrown; a message both
-// ParseMessage and protobuf accept means the same to both; a step result the store returns
-// frames, parses back and decodes with its own codec; a rejected stream leaves the step.
+// Paths 0-2 run the service's own push path, server::ReadPushStream (server/parameter_service.h:
+// ParseMessage -> BeginPush -> Add pieces -> Commit), fed the stream's frames; path 3 mirrors
+// the service's ReadPush. Oracles besides the sanitizers: only gradpress::Error may be thrown;
+// a message both ParseMessage and protobuf accept means the same to both; a step result the
+// store returns frames, parses back and decodes with its own codec; a rejected stream leaves
+// the step.
 #include <google/protobuf/stubs/common.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
@@ -28,6 +30,7 @@
 #include "compressors/registry.h"
 #include "fuzz/fuzz_util.h"
 #include "proto/gradpress.pb.h"
+#include "server/parameter_service.h"
 #include "server/parameter_store.h"
 #include "transport/chunks.h"
 #include "transport/wire.h"
@@ -132,12 +135,6 @@ void CheckAgainstProtobuf(std::string_view bytes, const transport::WireMessage& 
   }
 }
 
-void Parse(std::string_view bytes, uint8_t cut, transport::WireMessage* m) {
-  grpc::ByteBuffer b = ToByteBuffer(bytes, cut);
-  transport::ParseMessage(&b, m);
-  CheckAgainstProtobuf(bytes, *m);
-}
-
 // A result the store hands out must travel: framed, parsed back, decoded by its codec.
 void CheckResult(const server::StepResult& r) {
   if (r.payloads.size() != Model().size()) Fail("result has the wrong number of keys");
@@ -177,37 +174,39 @@ std::vector<std::string_view> Stream(FuzzInput& in) {
   return records;
 }
 
-// ParameterService::StreamPush.
+// A stream's records as the frames gRPC would hand the service, each split into slices at
+// `cut`; each frame is also parsed here for the protobuf oracle.
+class RecordFrames : public server::PushFrameReader {
+ public:
+  RecordFrames(const std::vector<std::string_view>& records, uint8_t cut)
+      : records_(records), cut_(cut) {}
+  bool Read(grpc::ByteBuffer* frame) override {
+    if (next_ == records_.size()) return false;
+    const std::string_view bytes = records_[next_++];
+    grpc::ByteBuffer copy = ToByteBuffer(bytes, cut_);
+    transport::WireMessage m;
+    try {
+      transport::ParseMessage(&copy, &m);
+      CheckAgainstProtobuf(bytes, m);
+    } catch (const Error&) {  // the service's own parse refuses it the same way
+    }
+    *frame = ToByteBuffer(bytes, cut_);
+    return true;
+  }
+
+ private:
+  const std::vector<std::string_view>& records_;
+  const uint8_t cut_;
+  size_t next_ = 0;
+};
+
+// The service's push path (ParameterService::StreamPush calls the same function).
 void StreamPush(ParameterStore& store, const std::vector<std::string_view>& records, uint8_t cut,
                 bool wait) {
-  transport::WireMessage m;
   if (records.empty()) return;
-  Parse(records[0], cut, &m);
-  proto::PushHeader h;
-  GP_ENFORCE(m.has_header && h.ParseFromString(m.header),
-             "push stream must start with a PushHeader");
+  RecordFrames frames(records, cut);
   const auto deadline = Clock::now() + std::chrono::seconds(2);
-  auto session =
-      store.BeginPush({h.worker_id(), h.incarnation()}, h.step(), h.base_step(), deadline,
-                      h.has_lr() ? std::optional<double>(h.lr()) : std::nullopt);
-  ParameterStore::Piece piece;
-  for (size_t i = 1; i < records.size(); ++i) {
-    Parse(records[i], cut, &m);
-    GP_ENFORCE(m.has_chunk, "push stream has a second header");
-    const proto::TensorChunk& c = m.chunk;
-    piece.key = c.key();
-    piece.codec = c.codec();
-    piece.shape.assign(c.shape().begin(), c.shape().end());
-    piece.dtype = c.dtype();
-    piece.total_bytes = c.total_bytes();
-    piece.offset = c.offset();
-    if (m.data.empty()) session->Add(piece, {});
-    for (std::string_view data : m.data) {
-      session->Add(piece, data);
-      piece.offset += data.size();
-    }
-  }
-  server::PushPullResult r = session->Commit(wait);
+  server::PushPullResult r = server::ReadPushStream(&store, &frames, deadline, wait);
   if (r.result) CheckResult(*r.result);
 }
 
