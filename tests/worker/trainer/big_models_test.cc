@@ -17,8 +17,10 @@ void OneStep(const std::string& model_name) {
       compressors::ParseCompressorSpec("qsgd levels=16"));
   Cluster c(opts);
   std::vector<std::vector<torch::Tensor>> after(2);
-  Cluster::Parallel(2, [&](int w) {
-    torch::manual_seed(w);  // different initial weights: the server's must win
+  std::vector<worker::StepStats> st(2);
+  std::vector<uint64_t> dense(2);    // the model's float32 bytes
+  Cluster::Parallel(2, [&](int w) {  // records; the main thread asserts
+    torch::manual_seed(w);           // different initial weights: the server's must win
     auto net = worker::models::MakeModel(model_name, 3, 32, 10);
     std::vector<TensorSpec> specs;
     std::vector<torch::Tensor> params;
@@ -47,16 +49,20 @@ void OneStep(const std::string& model_name) {
       grads.push_back(p.grad());
       received.push_back(torch::empty_like(p));
     }
-    auto st = client.PushPull(0, grads, &received);
-    CHECK(st.contributors == 2);
-    uint64_t dense = 0;
-    for (const auto& p : params) dense += 4 * static_cast<uint64_t>(p.numel());
-    CHECK(st.bytes_up * 20 < dense);  // compressed both ways
-    CHECK(st.bytes_down * 20 < dense);
+    st[w] = client.PushPull(0, grads, &received);
+    for (const auto& p : params) dense[w] += 4 * static_cast<uint64_t>(p.numel());
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < params.size(); ++i) params[i].sub_(0.1 * received[i]);
     for (auto& p : params) after[w].push_back(p.detach().clone());
   });
+  for (int w = 0; w < 2; ++w) {
+    INFO("worker " << w);
+    CHECK(st[w].contributors == 2);
+    CHECK(dense[w] > 0);
+    CHECK(st[w].bytes_up * 20 < dense[w]);  // compressed both ways
+    CHECK(st[w].bytes_down * 20 < dense[w]);
+  }
+  REQUIRE(after[0].size() == after[1].size());
   for (size_t i = 0; i < after[0].size(); ++i) CHECK(torch::equal(after[0][i], after[1][i]));
 }
 
