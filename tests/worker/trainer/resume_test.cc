@@ -3,15 +3,20 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "common/checkpoint.h"
 #include "common/config.h"
 #include "server/server_options.h"
 #include "tests/server/cluster.h"
+#include "tests/wait_for.h"
 #include "tests/worker/trainer/trainer_util.h"
+#include "worker/ps_client.h"
 #include "worker/trainer.h"
 
 namespace gradpress::testing {
@@ -191,12 +196,93 @@ compress: {min_numel: 100})");
   CHECK(apart < moved);
 }
 
+// Holds each worker's exchange of step `at` (its first attempt) until Open(), so that the test
+// stops the server at a known step while every worker is about to push; then tells when each
+// worker has met the dead server (a retried call).
+class StepGate {
+ public:
+  explicit StepGate(int64_t at) : at_(at) {}
+  // A worker's client calls this before each exchange.
+  void Pass(const std::string& worker, int64_t step, const worker::PsClient& client) {
+    if (step != at_) return;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!arrived_.count(worker)) arrived_[worker] = {&client, client.retries()};
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return open_; });
+  }
+  // A client going away (its Trainer ends).
+  void Forget(const worker::PsClient& client) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [name, a] : arrived_)
+      if (a.client == &client) a.client = nullptr;
+  }
+  bool WaitArrived(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, kWaitTimeout, [&] { return arrived_.size() >= n; });
+  }
+  void Open() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  // Workers whose client retried a call since it reached the gate.
+  size_t Retried() {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t n = 0;
+    for (const auto& [name, a] : arrived_) n += a.client && a.client->retries() > a.retries;
+    return n;
+  }
+
+ private:
+  struct Arrival {
+    const worker::PsClient* client;
+    uint64_t retries;  // at the gate
+  };
+  const int64_t at_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, Arrival> arrived_;
+  bool open_ = false;
+};
+
+// The gRPC client, its exchanges passing the gate first.
+class GatedClient : public worker::PsClient {
+ public:
+  GatedClient(const worker::ClientOptions& o, StepGate* gate) : PsClient(o), gate_(gate) {}
+  ~GatedClient() override { gate_->Forget(*this); }
+  worker::StepStats PushPull(int64_t step, const std::vector<torch::Tensor>& grads,
+                             std::vector<torch::Tensor>* out, int64_t base_step) override {
+    gate_->Pass(options().worker_id, step, *this);
+    return PsClient::PushPull(step, grads, out, base_step);
+  }
+  worker::StepStats PushPullBucket(int64_t step, int bucket,
+                                   const std::vector<torch::Tensor>& grads,
+                                   std::vector<torch::Tensor>* out,
+                                   worker::Uplink* upload) override {
+    gate_->Pass(options().worker_id, step, *this);
+    return PsClient::PushPullBucket(step, bucket, grads, out, upload);
+  }
+  worker::StepStats Push(int64_t step, const std::vector<torch::Tensor>& grads,
+                         int64_t base_step) override {
+    gate_->Pass(options().worker_id, step, *this);
+    return PsClient::Push(step, grads, base_step);
+  }
+
+ private:
+  StepGate* gate_;
+};
+
 // The server dies mid-run (no final checkpoint) and a new one starts on the same port from
 // its newest checkpoint: the workers see UNAVAILABLE, back off, find themselves unknown
 // (NotFound), register again, roll back to their checkpoint of the server's step and finish.
+// The events are ordered by what the test observes, never by sleeps: the server is stopped
+// while both workers wait to push step 12 (it checkpointed step 10), and restarted once both
+// have retried against the dead port.
 void CheckServerRestart(const std::string& method) {
   const Config c = MakeConfig(method);
-  const int64_t total = 20;
+  const int64_t total = 20, kill_at = 12;
   TempDir straight, faulty;
   const auto ref = RunJob(c, straight.path, total, false, ServerEnd::kKilled);
 
@@ -206,26 +292,44 @@ void CheckServerRestart(const std::string& method) {
   const int port = runner->Start("127.0.0.1:0");
   const std::string address = "127.0.0.1:" + std::to_string(port);
   std::vector<std::vector<torch::Tensor>> weights(2);
-  std::vector<int64_t> steps(2);
+  std::vector<worker::TrainSummary> summaries(2);
+  StepGate gate(kill_at);
+  std::exception_ptr failed;
   std::thread workers([&] {
-    Cluster::Parallel(2, [&](int r) {
-      TrainerOptions o;
-      o.config = c;
-      o.rank = r;
-      o.workers = 2;
-      o.server = address;
-      o.run_dir = faulty.path;
-      o.max_steps = total;
-      Trainer t(o);
-      steps[r] = t.Run().steps;
-      for (const auto& p : t.Parameters()) weights[r].push_back(p.clone());
-    });
+    try {
+      Cluster::Parallel(2, [&](int r) {
+        TrainerOptions o;
+        o.config = c;
+        o.rank = r;
+        o.workers = 2;
+        o.server = address;
+        o.run_dir = faulty.path;
+        o.max_steps = total;
+        o.make_client = [&](const worker::ClientOptions& co) {
+          return std::make_unique<GatedClient>(co, &gate);
+        };
+        Trainer t(o);
+        summaries[r] = t.Run();
+        for (const auto& p : t.Parameters()) weights[r].push_back(p.clone());
+      });
+    } catch (...) {
+      failed = std::current_exception();
+    }
   });
-  while (runner->store().step() < 12) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  struct Finally {  // on every way out: the workers go on, and are joined
+    ~Finally() {
+      gate.Open();
+      if (workers.joinable()) workers.join();
+    }
+    StepGate& gate;
+    std::thread& workers;
+  } finally{gate, workers};
+  REQUIRE(gate.WaitArrived(2));  // steps 0-11 done; both hold step 12's push
   const int64_t died_at = runner->store().step();
-  runner->Stop(0);  // in-flight barrier waits end with UNAVAILABLE; no final checkpoint
+  runner->Stop(0);  // no final checkpoint
   runner.reset();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the workers retry meanwhile
+  gate.Open();
+  REQUIRE(WaitFor([&] { return gate.Retried() == 2; }));  // both met the dead port
   auto restarted = std::make_unique<server::ServerRunner>(so, 30);
   auto ckpt = LoadLatestCheckpoint(so.checkpoint_dir);
   REQUIRE(ckpt.has_value());
@@ -233,15 +337,20 @@ void CheckServerRestart(const std::string& method) {
   restarted->store().RestoreCheckpoint(*ckpt);
   REQUIRE(restarted->Start(address) == port);
   workers.join();
+  if (failed) std::rethrow_exception(failed);
   const int64_t final_step = restarted->store().step();
   restarted->Stop(1.0);
   const double d0 = MaxDiff(ref[0], weights[0]), d1 = MaxDiff(ref[1], weights[1]);
   WARN(method << ": server died at step " << died_at << ", restarted from " << restored
               << ", ended at " << final_step << ": max |w - w_straight| = " << d0 << " / " << d1);
+  CHECK(died_at == kill_at);
   CHECK(restored == 10);
   CHECK(final_step == total);
-  CHECK(steps[0] == total);
-  CHECK(steps[1] == total);
+  for (int r = 0; r < 2; ++r) {
+    INFO("worker " << r);
+    CHECK(summaries[r].steps == total);
+    CHECK(summaries[r].rejoins == 1);
+  }
   CHECK(d0 == 0.0);
   CHECK(d1 == 0.0);
 }
