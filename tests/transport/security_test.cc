@@ -5,8 +5,13 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/codegen/client_unary_call.h>
 
+#include <condition_variable>
+#include <mutex>
+
 #include "proto/gradpress.grpc.pb.h"
+#include "server/parameter_service.h"
 #include "tests/transport/harness.h"
+#include "tests/wait_for.h"
 
 namespace gradpress::testing {
 namespace {
@@ -67,6 +72,70 @@ void Train(SecureCluster& cluster, const std::vector<worker::ClientOptions>& cli
   }
 }
 
+// A server with the given security whose Register and Heartbeat are the real service's
+// (token gate and store), seen through a wrapper that counts the heartbeats answered OK:
+// what a heartbeat that reached the store through the gate looks like from outside.
+class HeartbeatServer final : public proto::ParameterServer::Service {
+ public:
+  HeartbeatServer(const SecurityConfig& security, server::StoreOptions options)
+      : security_(transport::LoadServerSecurity(security)),
+        store_(std::move(options)),
+        inner_(&store_, /*deadline_s=*/30, server::ServiceGate{security_.token, {}}) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", security_.credentials, &port_);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+    GP_ENFORCE(server_ != nullptr && port_ != 0, "cannot start the heartbeat server");
+  }
+  ~HeartbeatServer() override { server_->Shutdown(); }
+
+  grpc::Status Register(grpc::ServerContext* ctx, const proto::RegisterRequest* req,
+                        proto::RegisterReply* reply) override {
+    return inner_.Register(ctx, req, reply);
+  }
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const proto::HeartbeatRequest* req,
+                         proto::HeartbeatReply* reply) override {
+    const grpc::Status s = inner_.Heartbeat(ctx, req, reply);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (s.ok()) {
+        ++ok_;
+        last_ = *reply;
+      } else {
+        ++refused_;
+      }
+    }
+    cv_.notify_all();
+    return s;
+  }
+  // Waits (kWaitTimeout at most) until n heartbeats were answered OK.
+  bool WaitHeartbeats(int n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, kWaitTimeout, [&] { return ok_ >= n; });
+  }
+  int refused() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return refused_;
+  }
+  proto::HeartbeatReply last() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_;
+  }
+  int port() const { return port_; }
+  server::ParameterStore& store() { return store_; }
+
+ private:
+  const transport::ServerSecurity security_;
+  server::ParameterStore store_;
+  server::ParameterService inner_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int ok_ = 0, refused_ = 0;
+  proto::HeartbeatReply last_;
+};
+
 server::StoreOptions Options(int workers) {
   server::StoreOptions o;
   o.workers = workers;
@@ -81,14 +150,21 @@ TEST_CASE("TLS with a bearer token works end to end", "[security]") {
                                                 cluster.Client(1, sec.Client())};
   clients[1].server = "localhost:" + std::to_string(cluster.port);  // the DNS name, too
   Train(cluster, clients);
-  {  // the background heartbeats carry the token too
+  CHECK(cluster.runner.store().Stats().rejected.count("unauthenticated") == 0);
+  // The background heartbeats carry the token too: they reach the store through the gate.
+  HeartbeatServer hb(sec.Server(), Options(1));
+  {
     worker::ClientOptions o = cluster.Client(0, sec.Client());
+    o.server = "127.0.0.1:" + std::to_string(hb.port());
     o.heartbeat_s = 0.01;
     worker::PsClient client(o);
-    client.Register(Specs({{8, 4}, {3}}));
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    client.Register(Specs({{8, 4}, {3}}));  // the only call it makes: the rest are heartbeats
+    CHECK(hb.WaitHeartbeats(3));
   }
-  CHECK(cluster.runner.store().Stats().rejected.count("unauthenticated") == 0);
+  CHECK(hb.refused() == 0);
+  CHECK(hb.last().server_step() == 0);
+  CHECK(hb.last().live_workers() == 1);
+  CHECK(hb.store().Stats().rejected.empty());
 }
 
 TEST_CASE("$GRADPRESS_TOKEN overrides security.token_file", "[security]") {
