@@ -5,8 +5,9 @@
 // (Catch2's are not thread-safe): worker threads record what they saw.
 #include <stdlib.h>
 
-#include <atomic>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 
 #include "common/checkpoint.h"
 #include "tests/server/cluster.h"
@@ -59,7 +60,11 @@ class Poller {
   }
   ~Poller() { Stop(); }
   void Stop() {
-    stop_ = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
     if (thread_.joinable()) thread_.join();
   }
   // Read after Stop().
@@ -70,7 +75,7 @@ class Poller {
   void Run() {
     int64_t last_steps = 0;
     int live = 0;
-    while (!stop_) {
+    for (;;) {
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
       proto::StatsReply reply;
@@ -91,12 +96,17 @@ class Poller {
         proto::HeartbeatReply hb;
         if (stub_->Heartbeat(&hb_ctx, req, &hb).ok()) ++heartbeats;
       }
-      std::this_thread::sleep_for(std::chrono::duration<double>(0.05 * kSlow));
+      // A poll every 50 ms (the load it adds, not an order of events); Stop() ends the wait.
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, std::chrono::duration<double>(0.05 * kSlow), [&] { return stop_; }))
+        return;
     }
   }
   std::vector<std::string> names_;
   std::unique_ptr<proto::ParameterServer::Stub> stub_;
-  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
   std::thread thread_;
 };
 
