@@ -16,6 +16,7 @@ PACKAGES=(
   clang-format gnuplot-nox iproute2 procps
   docker-compose python3-grpcio python3-yaml
   openssl curl clang-14 libclang-rt-14-dev llvm-14
+  slurm-wlm munge
 )
 
 missing=()

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# scripts/slurm/gradpress.sbatch on a real one-node Slurm cluster on this machine: installs
-# slurm-wlm and munge from Debian if missing, starts munged, slurmctld and slurmd with a
-# generated slurm.conf in a temp dir, submits a 1-epoch LeNet job on a Fashion-MNIST subset
-# (server + 2 workers = 3 tasks) with `sbatch --wait`, checks exit 0 and summary.json, and
-# stops the daemons it started (by pid). Where Slurm cannot be installed or started, it says so
-# loudly and exits 77 (ctest: skipped).
+# scripts/slurm/gradpress.sbatch on a real one-node Slurm cluster on this machine: starts
+# munged, slurmctld and slurmd (slurm-wlm and munge, which scripts/setup.sh installs; a test
+# installs nothing) with a generated slurm.conf in a temp dir, submits a 1-epoch LeNet job on a
+# Fashion-MNIST subset (server + 2 workers = 3 tasks) with `sbatch --wait`, checks exit 0 and
+# summary.json, and stops the daemons it started (by pid). Where Slurm is missing or cannot
+# start, it says so loudly and exits 77 (ctest: skipped).
 #   slurm_test.sh SOURCE_DIR SERVER_BIN WORKER_BIN
 set -euo pipefail
 src=$1; server_bin=$2; worker_bin=$3
@@ -37,22 +37,8 @@ fail() {
   exit 1
 }
 
-need=()
-for p in slurm-wlm munge; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
-done
-if [[ ${#need[@]} -gt 0 ]]; then
-  [[ $(id -u) -eq 0 ]] || skip "not root, cannot install ${need[*]}"
-  echo "slurm_test: installing ${need[*]} (Debian)"
-  export DEBIAN_FRONTEND=noninteractive
-  # policy-rc.d-free: the packages' own service start fails harmlessly without systemd.
-  timeout 300 apt-get install -y -q --no-install-recommends "${need[@]}" >"$tmp/apt.log" 2>&1 \
-    || { apt-get update -q >>"$tmp/apt.log" 2>&1 &&
-         timeout 300 apt-get install -y -q --no-install-recommends "${need[@]}" >>"$tmp/apt.log" 2>&1; } \
-    || skip "apt-get install ${need[*]} failed (see above)"
-fi
-for b in munged slurmctld slurmd sbatch scontrol sinfo; do
-  command -v "$b" >/dev/null || skip "$b not found after installing slurm-wlm/munge"
+for b in munge unmunge munged slurmctld slurmd sbatch scontrol sinfo; do
+  command -v "$b" >/dev/null || skip "$b not found (slurm-wlm and munge: bash scripts/setup.sh)"
 done
 
 # munge: reuse a running munged, else start one (as root: --force, own socket dir).
