@@ -2,14 +2,12 @@
 
 #include <signal.h>
 #include <spawn.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
-#include <torch/torch.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
-#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -19,11 +17,6 @@
 #include <thread>
 #include <vector>
 
-#include "bench/bench.h"
-#include "common/logging.h"
-#include "compressors/registry.h"
-#include "server/server_runner.h"
-
 extern char** environ;
 
 namespace gradpress::bench {
@@ -32,9 +25,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr double kStartTimeoutS = 30;  // for the server's port file
-
-volatile std::sig_atomic_t g_stop = 0;
-extern "C" void OnStopSignal(int) { g_stop = 1; }
 
 }  // namespace
 
@@ -71,10 +61,10 @@ int ServerProcess::WaitForPort(const std::string& file) {
   while (Clock::now() < deadline) {
     int port = 0;
     if (std::ifstream(file) >> port && port > 0) return port;
-    if (Reap(0)) throw std::runtime_error("transport-server exited during start-up: " + how_);
+    if (Reap(0)) throw std::runtime_error("gradpress-server exited during start-up: " + how_);
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  throw std::runtime_error("transport-server did not report a port within 30 s");
+  throw std::runtime_error("gradpress-server did not report a port within 30 s");
 }
 
 double ServerProcess::StatusMb(const std::string& field) const {
@@ -92,7 +82,7 @@ void ServerProcess::Terminate() {
     Kill();
     Reap(10);
   }
-  if (how_ != "exit 0") std::cerr << "  note: transport-server ended with " << how_ << "\n";
+  if (how_ != "exit 0") std::cerr << "  note: gradpress-server ended with " << how_ << "\n";
 }
 
 bool ServerProcess::Reap(double timeout_s) {
@@ -113,34 +103,20 @@ bool ServerProcess::Reap(double timeout_s) {
   return true;
 }
 
-// ---- the server side (child process) ----
-
-void RunServer(const ServerArgs& a) {
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // dies with the bench; then check we were not late
-  if (static_cast<int64_t>(::getppid()) != a.parent_pid)
-    throw std::runtime_error(
-        "transport-server: the bench process that started it is gone (parent pid " +
-        std::to_string(a.parent_pid) + ")");
-  struct sigaction sa {};
-  sa.sa_handler = OnStopSignal;
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGINT, &sa, nullptr);
-  SetupLogging("warn", "", "transport-server");
-  compressors::RegisterBuiltinCompressors();
-  torch::set_num_threads(1);
-  server::StoreOptions o;
-  o.workers = a.workers;
-  o.threads = a.threads;
-  o.pull = ParseRowSpec(a.spec);
-  o.min_numel = 0;
-  o.worker_timeout_s = kRpcDeadlineS;
-  server::ServerRunner runner(o, kRpcDeadlineS);
-  const int port = runner.Start("127.0.0.1:0");
-  const std::string tmp = a.port_file + ".tmp";
-  std::ofstream(tmp) << port << "\n";
-  std::filesystem::rename(tmp, a.port_file);
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  runner.Stop(2.0);
+std::string ServerBinary() {
+  namespace fs = std::filesystem;
+  if (const char* env = std::getenv("GRADPRESS_SERVER"); env != nullptr && *env != '\0') {
+    if (!fs::exists(env))
+      throw std::runtime_error(std::string("GRADPRESS_SERVER=") + env + " does not exist");
+    return env;
+  }
+  const fs::path self = fs::read_symlink("/proc/self/exe").parent_path();
+  for (const fs::path& p :
+       {self.parent_path() / "server" / "gradpress-server", self / "gradpress-server"}) {
+    if (fs::exists(p)) return p.string();
+  }
+  throw std::runtime_error("no gradpress-server in " + (self.parent_path() / "server").string() +
+                           " or " + self.string() + ": build it, or set GRADPRESS_SERVER");
 }
 
 }  // namespace gradpress::bench

@@ -1,26 +1,20 @@
 #pragma once
-// The server side of `gradpress-bench transport`: the hidden `transport-server` subcommand
-// (RunServer) and the parent's handle on that child process (ServerProcess).
+// The server side of `gradpress-bench transport`: the real `gradpress-server` binary run as a
+// child process (ServerProcess), and where to find it (ServerBinary).
 //
-//   ServerProcess server({self_exe, "transport-server", "--port-file", file, "--workers", "2",
-//                         "--threads", "2", "--codec", "none", "--parent-pid", parent_pid});
-//   int port = server.WaitForPort(file);   // the child's ServerRunner on 127.0.0.1:port
+//   ServerProcess server({ServerBinary(), "--config", yaml, "--listen", "127.0.0.1:0",
+//                         "--port-file", file, "--log-level", "warn"});
+//   int port = server.WaitForPort(file);   // written atomically by gradpress-server
 //   ...;  double mb = server.StatusMb("VmHWM");  server.Terminate();
 //
-// RunServer (in the child): dies with its parent (PR_SET_PDEATHSIG, and throws if the parent
-// named by parent_pid is already gone), runs a ServerRunner on 127.0.0.1:0 with the given
-// workers, threads and pull codec (min_numel 0, kRpcDeadlineS as deadline and worker
-// timeout), writes the bound port to port_file atomically (tmp file + rename), then serves
-// until SIGTERM or SIGINT and stops with 2 s of grace.
-// ServerProcess (in the parent): posix_spawns argv with the child's stdout sent to stderr,
-// so the bench's stdout stays its own (--json); killed with SIGKILL and reaped on
-// destruction, so the child never outlives it. Failures (spawn, child exit during start-up,
-// no port within 30 s, no /proc field) throw std::runtime_error.
+// ServerProcess posix_spawns argv with the child's stdout sent to stderr, so the bench's
+// stdout stays its own (--json); killed with SIGKILL and reaped on destruction. Failures
+// (spawn, child exit during start-up, no port within 30 s, no /proc field) throw
+// std::runtime_error.
 // Thread-safety: ServerProcess from one thread at a time (the bench's worker threads call
-// Kill / EndedHow under a mutex); RunServer once per process, from main.
+// Kill / EndedHow under a mutex).
 #include <sys/types.h>
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -29,15 +23,10 @@ namespace gradpress::bench {
 // Per-RPC deadline of the bench's clients; also the server's deadline and worker timeout.
 constexpr double kRpcDeadlineS = 120;
 
-// The `transport-server` subcommand's options (all required on its command line).
-struct ServerArgs {
-  std::string port_file, spec = "none";
-  int workers = 2, threads = 2;
-  int64_t parent_pid = 0;
-};
-
-// The server loop of the hidden `transport-server` subcommand; returns after SIGTERM/SIGINT.
-void RunServer(const ServerArgs& a);
+// The gradpress-server to run: $GRADPRESS_SERVER, else the build tree's server/gradpress-server
+// next to this bench (bench/..), else gradpress-server beside this binary (an install).
+// Throws std::runtime_error naming the places looked at if none exists.
+std::string ServerBinary();
 
 // The server child process; killed and reaped on destruction, so it never outlives us.
 class ServerProcess {

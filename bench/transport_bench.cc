@@ -5,9 +5,9 @@
 //                             [--threads T] [--keys K] [--json]
 //   gradpress-bench transport --numel 62000 --steps 20   # LeNet size: server_step_ms <= 2?
 //
-// Per codec the bench re-executes itself as the hidden `transport-server` subcommand (a
-// ServerRunner on 127.0.0.1:0 that writes its port to a file and runs until SIGTERM), then
-// runs W PsClients as threads in lock step. Step s: barrier, every worker Push(s, grads);
+// Per codec the bench starts the real gradpress-server binary (bench/server_process.h: a
+// config file written for the row, 127.0.0.1:0, --port-file, until SIGTERM), then runs W
+// PsClients as threads in lock step. Step s: barrier, every worker Push(s, grads);
 // barrier, every worker Pull(&out, s). A phase lasts from the barrier's release until the
 // last worker's call returned. Step 0 is a warm-up; S measured steps follow.
 // push_gbps = W * 4 N / median push phase seconds / 1e9 (pull likewise); step_ms = median of
@@ -17,15 +17,17 @@
 // Gradients: randn * 0.01 per worker, fixed seeds. Codec SPEC is used both ways (push and the
 // server's pull codec), tensors of any size compressed (min_numel 0). Defaults: none, and
 // method 5: "topk ratio=0.01 error_feedback=true then=qsgd levels=16".
-// The child process and its server loop live in server_process.h, the barrier in barrier.h.
+// The child process lives in server_process.h, the barrier in barrier.h.
 #include <torch/torch.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -117,13 +119,47 @@ std::vector<torch::Tensor> Split(const torch::Tensor& flat, const std::vector<Te
   return parts;
 }
 
+// The server's config for a row: its codec as the pull codec (every tensor compressed),
+// W workers, the bench's deadline as RPC deadline and worker timeout.
+void EmitCodec(YAML::Emitter& e, const CompressorConfig& c) {
+  e << YAML::BeginMap << YAML::Key << "codec" << YAML::Value << c.codec;
+  for (const auto& [key, value] : c.params) e << YAML::Key << key << YAML::Value << value;
+  if (c.error_feedback) e << YAML::Key << "error_feedback" << YAML::Value << true;
+  if (c.then) {
+    e << YAML::Key << "then" << YAML::Value;
+    EmitCodec(e, *c.then);
+  }
+  e << YAML::EndMap;
+}
+
+std::string ServerConfigYaml(const CompressorConfig& c, int workers, int threads) {
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  e << YAML::Key << "name" << YAML::Value << "bench-transport";
+  e << YAML::Key << "cluster" << YAML::Value << YAML::BeginMap << YAML::Key << "workers"
+    << YAML::Value << workers << YAML::EndMap;
+  e << YAML::Key << "compress" << YAML::Value << YAML::BeginMap << YAML::Key << "min_numel"
+    << YAML::Value << 0 << YAML::EndMap;
+  e << YAML::Key << "server" << YAML::Value << YAML::BeginMap << YAML::Key << "threads"
+    << YAML::Value << threads << YAML::Key << "worker_timeout_s" << YAML::Value << kRpcDeadlineS
+    << YAML::Key << "deadline_s" << YAML::Value << kRpcDeadlineS << YAML::EndMap;
+  e << YAML::Key << "pull" << YAML::Value;
+  EmitCodec(e, c);
+  e << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
 Row RunCodec(const TransportOptions& opt, const std::string& spec, const CompressorConfig& config,
              const std::string& port_file, const std::vector<std::vector<torch::Tensor>>& grads) {
   const int W = opt.workers, S = opt.steps;
-  ServerProcess server({std::filesystem::read_symlink("/proc/self/exe").string(),
-                        "transport-server", "--port-file", port_file, "--workers",
-                        std::to_string(W), "--threads", std::to_string(opt.threads), "--codec",
-                        spec, "--parent-pid", std::to_string(::getpid())});
+  const std::string config_file = port_file + ".yaml";
+  {
+    std::ofstream out(config_file);
+    out << ServerConfigYaml(config, W, opt.threads);
+    if (!out) throw std::runtime_error("cannot write " + config_file);
+  }
+  ServerProcess server({ServerBinary(), "--config", config_file, "--listen", "127.0.0.1:0",
+                        "--port-file", port_file, "--log-level", "warn"});
   const int port = server.WaitForPort(port_file);
   Row row{config.ToString()};
   row.base_rss_mb = server.StatusMb("VmRSS");
@@ -340,16 +376,6 @@ void AddTransportCommand(CLI::App& app) {
   cmd->add_option("--keys", opt->keys, "keys the model is split into")->capture_default_str();
   cmd->add_flag("--json", opt->json, "one JSON object per codec on stdout, nothing else");
   cmd->callback([opt] { RunTransport(*opt); });
-
-  auto args = std::make_shared<ServerArgs>();
-  CLI::App* server = app.add_subcommand("transport-server", "server process of `transport`");
-  server->group("");  // hidden: started by `transport` only
-  server->add_option("--port-file", args->port_file)->required();
-  server->add_option("--workers", args->workers)->required();
-  server->add_option("--threads", args->threads)->required();
-  server->add_option("--codec", args->spec)->required();
-  server->add_option("--parent-pid", args->parent_pid)->required();
-  server->callback([args] { RunServer(*args); });
 }
 
 }  // namespace gradpress::bench

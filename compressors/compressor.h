@@ -71,7 +71,9 @@ class Compressor {
 
   // Registry name written into Payload::codec.
   virtual std::string Name() const = 0;
-  // True for codecs that keep only lossless float32 values (none): callers may skip them.
+  // True when the payload is the float32 values themselves, little-endian (none; not a
+  // decorator around it): lossless, and a caller may send a tensor's memory as the payload,
+  // or check and copy received bytes straight into their destination as they arrive.
   virtual bool IsLossless() const { return false; }
 
   Payload Encode(const at::Tensor& dense, const StepContext& ctx = {});

@@ -5,8 +5,7 @@
 #include <cstring>
 
 #include "common/error.h"
-#include "common/tensor_bytes.h"
-#include "compressors/none.h"
+#include "common/shape.h"
 #include "compressors/registry.h"
 
 namespace gradpress::server {
@@ -43,8 +42,7 @@ void ModelState::Set(const std::vector<TensorSpec>& model, const std::string& co
       pull = {};
     }
     k->pull = compressors::MakeCompressor(pull);
-    pull_none_.push_back(dynamic_cast<const compressors::NoneCompressor*>(k->pull.get()) !=
-                         nullptr);
+    pull_none_.push_back(k->pull->IsLossless());
     keys_.push_back(std::move(k));
   }
 }
@@ -102,16 +100,23 @@ std::vector<const Payload*> ModelState::Validate(const std::vector<KeyPayload>& 
   std::vector<Item> items;
   for (size_t i = 0; i < ordered.size(); ++i) {
     const int64_t n = keys_[i]->numel;
-    if (ordered[i]->codec != "none") {
+    bool raw = false;  // the floats themselves: checked in place, no decode
+    try {
+      raw = Decoder(ordered[i]->codec).IsLossless();
+    } catch (const Error& e) {
+      reject("undecodable");
+      throw InvalidArgument("key '" + model_[i].key + "': payload does not decode: " + e.what());
+    }
+    if (!raw) {
       items.push_back({i, 0, n, false});
       continue;
     }
     const size_t want = static_cast<size_t>(n) * sizeof(float);
     if (ordered[i]->bytes.size() != want) {
       reject("undecodable");
-      throw InvalidArgument("key '" + model_[i].key + "': payload does not decode: none: " +
-                            std::to_string(ordered[i]->bytes.size()) + " bytes, expected " +
-                            std::to_string(want));
+      throw InvalidArgument(
+          "key '" + model_[i].key + "': payload does not decode: " + ordered[i]->codec + ": " +
+          std::to_string(ordered[i]->bytes.size()) + " bytes, expected " + std::to_string(want));
     }
     for (int64_t b = 0; b < n; b += kBlock) items.push_back({i, b, std::min(n, b + kBlock), true});
   }

@@ -75,7 +75,7 @@ class ModelState {
   std::shared_ptr<const StepResult> AsyncWeights(int64_t step);
   // Index of the first NaN or Inf in x[0, n), or -1.
   static int64_t FirstNonFinite(const float* x, int64_t n);
-  // Key i's pull codec sends it uncompressed ("none" without decorators).
+  // Key i's pull codec sends the float32 values themselves (Compressor::IsLossless).
   bool PullIsNone(size_t i) const;
 
   // Initialisation (InitWeights: the first call wins) and method 6's weights version.

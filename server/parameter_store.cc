@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "common/tensor_bytes.h"
+#include "common/shape.h"
 #include "compressors/registry.h"
 
 namespace gradpress::server {

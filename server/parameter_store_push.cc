@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "common/error.h"
-#include "common/tensor_bytes.h"
+#include "common/shape.h"
 #include "common/timer.h"
 #include "server/parameter_store.h"
 
@@ -196,19 +196,16 @@ void ParameterStore::PushSession::Add(const Piece& piece, std::string_view bytes
     k.codec = piece.codec;
     k.shape = piece.shape;
     k.total = piece.total_bytes;
-    k.raw = k.codec == "none";
+    try {
+      k.raw = S.model_.Decoder(k.codec).IsLossless();  // the floats themselves: streamed
+    } catch (const Error& e) {
+      bad("undecodable", std::string("payload does not decode: ") + e.what());
+    }
     if (k.raw && k.total != static_cast<uint64_t>(numel) * sizeof(float)) {
-      bad("undecodable", "payload does not decode: none: " + std::to_string(k.total) +
+      bad("undecodable", "payload does not decode: " + k.codec + ": " + std::to_string(k.total) +
                              " bytes, expected " + std::to_string(numel * sizeof(float)));
     }
-    if (!k.raw) {
-      try {
-        S.model_.Decoder(k.codec);
-      } catch (const Error& e) {
-        bad("undecodable", std::string("payload does not decode: ") + e.what());
-      }
-      k.bytes.reserve(k.total);
-    }
+    if (!k.raw) k.bytes.reserve(k.total);
     k.started = true;
   } else if (piece.codec != k.codec || piece.shape != k.shape || piece.total_bytes != k.total) {
     bad("undecodable", "chunk disagrees with the key's first chunk");

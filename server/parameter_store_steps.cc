@@ -8,7 +8,7 @@
 #include <tuple>
 
 #include "common/error.h"
-#include "common/tensor_bytes.h"
+#include "common/shape.h"
 #include "common/timer.h"
 #include "server/parameter_store.h"
 

@@ -16,6 +16,8 @@
 
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -39,6 +41,7 @@ int main(int argc, char** argv) {
   gradpress::UseHugePagesForLargeBuffers(argv);
   CLI::App app{"gradpress-server: the parameter server"};
   std::string config_path, listen, log_level = "info", log_file, run_dir, checkpoint_dir;
+  std::string port_file;
   std::string resume = "never";
   std::optional<int> workers;
   std::vector<std::string> overrides;
@@ -51,6 +54,8 @@ int main(int argc, char** argv) {
   app.add_option("--run-dir", run_dir, "run directory: checkpoints go to <run-dir>/ckpt/server");
   app.add_option("--checkpoint-dir", checkpoint_dir, "checkpoint directory (overrides --run-dir)");
   app.add_option("--resume", resume, "auto | never | a checkpoint file to restore");
+  app.add_option("--port-file", port_file,
+                 "write the bound port here once listening (for --listen host:0)");
   CLI11_PARSE(app, argc, argv);
   try {
     gradpress::SetupLogging(log_level, log_file, "server");
@@ -83,6 +88,12 @@ int main(int argc, char** argv) {
     std::signal(SIGINT, OnSignal);
     const int port = runner.Start(listen);
     std::cout << "gradpress-server: listening on port " << port << std::endl;
+    if (!port_file.empty()) {  // whole or absent: written aside, then renamed
+      const std::string tmp = port_file + ".tmp";
+      GP_ENFORCE(static_cast<bool>(std::ofstream(tmp) << port << "\n"),
+                 "--port-file: cannot write ", tmp);
+      std::filesystem::rename(tmp, port_file);
+    }
     std::unique_ptr<gradpress::server::MetricsHttp> metrics;
     if (config.server.metrics_port > 0) {
       metrics = std::make_unique<gradpress::server::MetricsHttp>(

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
-#include "common/tensor_bytes.h"
+#include "common/shape.h"
 
 namespace gradpress::transport {
 

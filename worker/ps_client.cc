@@ -14,10 +14,9 @@
 
 #include "common/byte_io.h"
 #include "common/error.h"
-#include "common/tensor_bytes.h"
+#include "common/shape.h"
 #include "common/timer.h"
 #include "compressors/momentum_correction.h"
-#include "compressors/none.h"
 #include "compressors/registry.h"
 #include "proto/gradpress.grpc.pb.h"
 #include "transport/chunks.h"
@@ -124,9 +123,9 @@ std::vector<KeyPush> EncodeAll(ServerClient& c, int64_t step,
   for (size_t i = begin; i < end; ++i) {
     KeyPush& p = pushes[i - begin];
     p.payload.key = c.model()[i].key;
-    if (dynamic_cast<const compressors::NoneCompressor*>(&c.push_codec(i)) != nullptr) {
+    if (c.push_codec(i).IsLossless()) {  // the payload is the tensor's memory itself
       p.raw = grads[i].detach().to(torch::kCPU, torch::kFloat32).contiguous();
-      p.payload.payload.codec = "none";
+      p.payload.payload.codec = c.push_codec(i).Name();
       p.payload.payload.shape = c.model()[i].shape;
       st->bytes_up += p.raw.numel() * sizeof(float);
       continue;
@@ -217,7 +216,7 @@ struct ResultReader {
     GP_ENFORCE(i < end, "server sent unknown key '", c.key(), "'");
     torch::Tensor& o = (*out)[i];
     const uint64_t size = static_cast<uint64_t>(o.numel()) * sizeof(float);
-    const bool can = c.codec() == "none" && o.device().is_cpu() &&
+    const bool can = client.Decoder(c.codec()).IsLossless() && o.device().is_cpu() &&
                      o.scalar_type() == torch::kFloat32 && o.is_contiguous() &&
                      c.total_bytes() == size &&
                      std::vector<int64_t>(c.shape().begin(), c.shape().end()) == model[i].shape;

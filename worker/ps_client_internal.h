@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "common/tensor_bytes.h"
+#include "common/shape.h"
 #include "proto/gradpress.grpc.pb.h"
 #include "transport/chunks.h"
 #include "transport/fault_injection.h"

@@ -4,10 +4,10 @@
 
 #include "common/byte_io.h"
 #include "common/error.h"
-#include "common/tensor_bytes.h"
 #include "common/timer.h"
 #include "compressors/momentum_correction.h"
 #include "compressors/registry.h"
+#include "compressors/tensor_bytes.h"
 
 namespace gradpress::worker {
 

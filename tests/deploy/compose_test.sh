@@ -17,9 +17,15 @@ fail() { echo "compose_test: FAIL: $*" >&2; exit 1; }
 df=$src/docker/Dockerfile
 
 # -- Dockerfile: two stages; the build stage's packages are exactly scripts/setup.sh's.
-[[ $(grep -c '^FROM debian:bookworm' "$df") -eq 2 ]] || fail "expected two 'FROM debian:bookworm' stages"
+[[ $(grep -c '^FROM debian:bookworm' "$df") -eq 3 ]] || fail "expected three 'FROM debian:bookworm' stages"
 build_stage=$(awk '/^FROM /{n++} n==1' "$df")
-runtime_stage=$(awk '/^FROM /{n++} n==2' "$df")
+server_stage=$(awk '/^FROM /{n++} n==2 && !/^#/' "$df")
+runtime_stage=$(awk '/^FROM /{n++} n==3' "$df")
+grep -q '^FROM debian:bookworm AS server' <<<"$server_stage" || fail "second stage is not 'AS server'"
+if grep -Eq 'libtorch|gradpress-worker|gradpress-sim' <<<"$server_stage"; then
+  fail "server stage holds LibTorch or the worker"
+fi
+grep -q -- '--from=build /out/bin/gradpress-server' <<<"$server_stage" || fail "server stage does not copy gradpress-server"
 grep -Eq '^RUN bash /src/scripts/setup\.sh' <<<"$build_stage" || fail "build stage does not RUN scripts/setup.sh"
 grep -Eq 'COPY scripts/setup\.sh ' <<<"$build_stage" || fail "build stage does not COPY scripts/setup.sh"
 if grep -Eq 'apt-get|apt install|dpkg -i' <<<"$build_stage"; then
@@ -36,8 +42,10 @@ for f in docker/entrypoint.sh docker/health_check.py scripts/launch_worker.sh; d
   [[ -x "$src/$f" ]] || fail "$f is not executable"
 done
 runtime_pkgs=$(tr -s ' \\\n' '\n' <<<"$runtime_stage" | grep -E '^[a-z0-9][a-z0-9.+-]+$' || true)
+server_pkgs=$(tr -s ' \\\n' '\n' <<<"$server_stage" | grep -E '^[a-z0-9][a-z0-9.+-]+$' || true)
 if [[ ${#bins[@]} -gt 0 ]] && command -v dpkg >/dev/null; then
   needed=()
+  server_needed=()
   for b in "${bins[@]}"; do
     [[ -x "$b" ]] || fail "no binary $b"
     ldd "$b" >"$tmp/ldd"
@@ -48,11 +56,16 @@ if [[ ${#bins[@]} -gt 0 ]] && command -v dpkg >/dev/null; then
       [[ -n "$pkg" ]] || pkg=$(dpkg -S "$path" 2>/dev/null | head -1 | cut -d: -f1) || true
       [[ -n "$pkg" ]] || fail "$b: no Debian package owns $path"
       needed+=("$pkg")
+      [[ "$b" != "${bins[0]}" ]] || server_needed+=("$pkg")
     done < <(readelf -d "$b" >"$tmp/needed"; sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' "$tmp/needed")
   done
   for pkg in $(printf '%s\n' "${needed[@]}" | sort -u); do
     case "$pkg" in libc6|libgcc-s1|libstdc++6) continue ;; esac   # in every bookworm image
     grep -qx "$pkg" <<<"$runtime_pkgs" || fail "runtime stage lacks $pkg (a shared library of the binaries)"
+  done
+  for pkg in $(printf '%s\n' "${server_needed[@]}" | sort -u); do
+    case "$pkg" in libc6|libgcc-s1|libstdc++6) continue ;; esac
+    grep -qx "$pkg" <<<"$server_pkgs" || fail "server stage lacks $pkg (a shared library of gradpress-server)"
   done
   echo "compose_test: runtime packages cover the binaries' libraries: $(printf '%s\n' "${needed[@]}" | sort -u | tr '\n' ' ')"
 fi

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <map>
 
-#include "common/tensor_bytes.h"
+#include "common/shape.h"
 #include "tests/transport/harness.h"
 
 namespace gradpress::testing {

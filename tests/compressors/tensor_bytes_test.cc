@@ -1,4 +1,4 @@
-#include "common/tensor_bytes.h"
+#include "compressors/tensor_bytes.h"
 
 #include "common/error.h"
 #include "tests/catch_torch.h"

@@ -1,5 +1,6 @@
 #pragma once
-// Dense tensor <-> raw bytes (host byte order, little-endian), and shape helpers.
+// Dense tensor <-> raw bytes (host byte order, little-endian). Worker side: links LibTorch
+// (library gp_compressors_torch); the shape helpers are in common/shape.h.
 //
 //   std::string b = TensorToBytes(t);                 // contiguous CPU copy of t's data
 //   torch::Tensor u = BytesToTensor(b, {2, 3}, torch::kFloat32);
@@ -14,11 +15,9 @@
 #include <string_view>
 #include <vector>
 
-namespace gradpress {
+#include "common/shape.h"
 
-// Product of dims; throws InvalidArgument on a negative dim or int64 overflow.
-int64_t NumelOf(const std::vector<int64_t>& shape);
-std::string ShapeToString(const std::vector<int64_t>& shape);
+namespace gradpress {
 
 std::string TensorToBytes(const torch::Tensor& t);
 torch::Tensor BytesToTensor(std::string_view bytes, const std::vector<int64_t>& shape,
