@@ -102,6 +102,23 @@ wait_step() {  # DIR RANK STEP
   return 1
 }
 
+# retries DIR RANK: calls rank RANK retried so far (the client logs "...; retry N in S s").
+retries() {
+  local n
+  n=$(grep -c '; retry [0-9]* in ' "$1/worker-$2.out" 2>/dev/null || true)
+  echo "${n:-0}"
+}
+
+wait_retry() {  # DIR RANK COUNT: until rank RANK has retried more than COUNT calls
+  for _ in $(seq 1200); do
+    (( $(retries "$1" "$2") > $3 )) && return 0
+    kill -0 "${wpid[$2]}" 2>/dev/null || break
+    sleep 0.05
+  done
+  echo "faults_test: rank $2 never retried a call" >&2
+  return 1
+}
+
 wait_rc() {  # PID -> $rc (not in $(...): a subshell cannot wait for this shell's children)
   rc=0
   wait "$1" || rc=$?
@@ -192,11 +209,15 @@ server_kill() {
   port=""
   start_job "$d"
   wait_step "$d" 0 "$kill_at"
+  local r0 r1
+  r0=$(retries "$d" 0)
+  r1=$(retries "$d" 1)
   kill -9 "$spid"
   wait "$spid" 2>/dev/null || true
   at=$(last_step "$d" 0)
   restored=$(server_step "$d")
-  sleep 1  # the workers see UNAVAILABLE and back off meanwhile
+  # The new server starts once both workers have met the dead one (UNAVAILABLE, retried).
+  wait_retry "$d" 0 "$r0" && wait_retry "$d" 1 "$r1" || fail "server_kill: the workers never retried"
   start_server "$d" --resume auto
   if finish "$d" 0 1; then
     lost=$(( at + 1 - restored ))

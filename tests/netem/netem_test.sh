@@ -128,7 +128,11 @@ ip netns exec "$wns" python3 "$REPO/scripts/faultproxy.py" --listen 127.0.0.1:91
   --connect "$sip:9002" --delay-ms 100 2>/dev/null &
 ip netns exec "$wns" python3 "$REPO/scripts/faultproxy.py" --listen 127.0.0.1:9101 \
   --connect "$sip:9002" --reset-prob 1 2>/dev/null &
-sleep 1
+for _ in $(seq 100); do  # until both proxies listen
+  ports=$(ip netns exec "$wns" ss -Hltn 2>/dev/null || true)
+  grep -q '127.0.0.1:9100 ' <<<"$ports" && grep -q '127.0.0.1:9101 ' <<<"$ports" && break
+  sleep 0.1
+done
 ip netns exec "$wns" python3 "$OUTDIR/ping.py" 9100 >"$OUTDIR/delay"
 ip netns exec "$wns" python3 "$OUTDIR/ping.py" 9101 >"$OUTDIR/reset"
 # the echo server and the proxies are left running: netem.sh must stop them
@@ -144,7 +148,7 @@ grep -qx "reset" "$out/reset" || fail "no reset: $(cat "$out/reset")"
 #    the process stopped, the namespaces gone.
 rc=0
 bash "$netem" --rate 100mbit --workers 2 -- bash -c \
-  'echo $NETEM_SERVER_NS $NETEM_WORKER_NS >'"$out/ns3"'; ip netns exec $NETEM_SERVER_NS sleep 300 & echo $! >'"$out/sleeper"'; sleep 0.5; exit 3' \
+  'echo $NETEM_SERVER_NS $NETEM_WORKER_NS >'"$out/ns3"'; ip netns exec $NETEM_SERVER_NS sleep 300 & p=$!; echo $p >'"$out/sleeper"'; for _ in $(seq 100); do ip netns pids $NETEM_SERVER_NS | grep -qx $p && break; sleep 0.05; done; exit 3' \
   >"$out/log3" 2>&1 || rc=$?
 [[ $rc -eq 3 ]] || { cat "$out/log3"; fail "failing command: exit $rc, expected 3"; }
 gone "$out/ns3"
