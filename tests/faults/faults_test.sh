@@ -119,6 +119,13 @@ wait_retry() {  # DIR RANK COUNT: until rank RANK has retried more than COUNT ca
   return 1
 }
 
+flip_byte() {  # FILE OFFSET: inverts every bit of that byte (writing a constant may change nothing)
+  local b
+  b=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d ' ')
+  [[ -n $b ]] || { echo "faults_test: $1 has no byte at $2" >&2; return 1; }
+  printf "\\$(printf %03o $(( b ^ 255 )))" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+}
+
 wait_rc() {  # PID -> $rc (not in $(...): a subshell cannot wait for this shell's children)
   rc=0
   wait "$1" || rc=$?
@@ -299,7 +306,7 @@ corrupt() {
   f=$(ls "$d"/ckpt/server/step-*.ckpt | sort | tail -2 | head -1)
   f=$d/ckpt/worker-0/$(basename "$f")
   [[ -f $f ]] || fail "corrupt: no worker-0 checkpoint $(basename "$f")"
-  printf '\xff' | dd of="$f" bs=1 seek=$(( $(stat -c %s "$f") / 2 )) conv=notrunc status=none
+  flip_byte "$f" $(( $(stat -c %s "$f") / 2 ))
   start_server "$d" --resume auto
   start_worker "$d" 0 --resume auto --incarnation 2
   start_worker "$d" 1 --resume auto --incarnation 2
