@@ -12,16 +12,16 @@ namespace gradpress::server {
 Member& Membership::Join(const WorkerId& w, int64_t step) {
   auto it = members_.find(w.name);
   if (it == members_.end()) {
-    GP_ENFORCE_AS(FailedPrecondition, static_cast<int>(members_.size()) < expected_,
-                  "server expects ", expected_, " workers and all have registered; '", w.name,
-                  "' is one too many");
+    GP_REFUSE(FailedPrecondition, Reason::kTooManyWorkers,
+              static_cast<int>(members_.size()) < expected_, "server expects ", expected_,
+              " workers and all have registered; '", w.name, "' is one too many");
     if (members_.empty()) first_register_ = Clock::now();
     it = members_.emplace(w.name, Member{}).first;
     it->second.rank = next_rank_++;
   } else {
-    GP_ENFORCE_AS(FailedPrecondition, w.incarnation >= it->second.incarnation, "worker '", w.name,
-                  "' registered with incarnation ", w.incarnation, " older than the current ",
-                  it->second.incarnation);
+    GP_REFUSE(FailedPrecondition, Reason::kSuperseded, w.incarnation >= it->second.incarnation,
+              "worker '", w.name, "' registered with incarnation ", w.incarnation,
+              " older than the current ", it->second.incarnation);
     if (it->second.restored) {
       // The first member back after a restart starts the wait for the others.
       bool any_back = false;
@@ -42,20 +42,21 @@ Member& Membership::Join(const WorkerId& w, int64_t step) {
 
 Member& Membership::Check(const WorkerId& w, int64_t step) {
   auto it = members_.find(w.name);
-  GP_ENFORCE_AS(NotFound, it != members_.end(), "worker '", w.name, "' is not registered");
+  GP_REFUSE(NotFound, Reason::kNotRegistered, it != members_.end(), "worker '", w.name,
+            "' is not registered");
   Member& m = it->second;
-  GP_ENFORCE_AS(FailedPrecondition, w.incarnation >= m.incarnation, "worker '", w.name,
-                "': incarnation ", w.incarnation, " is older than the registered ", m.incarnation,
-                " (a restarted copy has taken over)");
-  GP_ENFORCE_AS(FailedPrecondition, !m.restored, "worker '", w.name,
-                "': the server restarted from its checkpoint of step ", step,
-                "; register again to rejoin");
-  GP_ENFORCE_AS(FailedPrecondition, w.incarnation == m.incarnation, "worker '", w.name,
-                "': incarnation ", w.incarnation,
-                " has not registered (registered: ", m.incarnation, ")");
-  GP_ENFORCE_AS(FailedPrecondition, m.live, "worker '", w.name,
-                "' was dropped from the barrier after ", timeout_s_,
-                " s of silence; register again to rejoin");
+  GP_REFUSE(FailedPrecondition, Reason::kSuperseded, w.incarnation >= m.incarnation, "worker '",
+            w.name, "': incarnation ", w.incarnation, " is older than the registered ",
+            m.incarnation, " (a restarted copy has taken over)");
+  GP_REFUSE(FailedPrecondition, Reason::kRegisterAgain, !m.restored, "worker '", w.name,
+            "': the server restarted from its checkpoint of step ", step,
+            "; register again to rejoin");
+  GP_REFUSE(FailedPrecondition, Reason::kNotRegistered, w.incarnation == m.incarnation, "worker '",
+            w.name, "': incarnation ", w.incarnation,
+            " has not registered (registered: ", m.incarnation, ")");
+  GP_REFUSE(FailedPrecondition, Reason::kRegisterAgain, m.live, "worker '", w.name,
+            "' was dropped from the barrier after ", timeout_s_,
+            " s of silence; register again to rejoin");
   m.last_seen = Clock::now();
   return m;
 }

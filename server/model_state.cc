@@ -76,16 +76,19 @@ std::vector<const Payload*> ModelState::Validate(const std::vector<KeyPayload>& 
   try {
     for (const auto& kp : pushes) {
       auto it = key_index_.find(kp.key);
-      GP_ENFORCE(it != key_index_.end(), "unknown key '", kp.key, "'");
-      GP_ENFORCE(ordered[it->second] == nullptr, "key '", kp.key, "' pushed twice");
+      GP_REFUSE(InvalidArgument, Reason::kBadKeyOrShape, it != key_index_.end(), "unknown key '",
+                kp.key, "'");
+      GP_REFUSE(InvalidArgument, Reason::kBadKeyOrShape, ordered[it->second] == nullptr, "key '",
+                kp.key, "' pushed twice");
       const TensorSpec& spec = model_[it->second];
-      GP_ENFORCE(kp.payload.shape == spec.shape, "key '", kp.key, "': shape ",
-                 ShapeToString(kp.payload.shape), " does not match the model's ",
-                 ShapeToString(spec.shape));
+      GP_REFUSE(InvalidArgument, Reason::kBadKeyOrShape, kp.payload.shape == spec.shape, "key '",
+                kp.key, "': shape ", ShapeToString(kp.payload.shape),
+                " does not match the model's ", ShapeToString(spec.shape));
       ordered[it->second] = &kp.payload;
     }
     for (size_t i = 0; i < ordered.size(); ++i)
-      GP_ENFORCE(ordered[i] != nullptr, "push is missing key '", model_[i].key, "'");
+      GP_REFUSE(InvalidArgument, Reason::kBadKeyOrShape, ordered[i] != nullptr,
+                "push is missing key '", model_[i].key, "'");
   } catch (const InvalidArgument&) {
     reject("bad_key_or_shape");
     throw;
@@ -105,7 +108,8 @@ std::vector<const Payload*> ModelState::Validate(const std::vector<KeyPayload>& 
       raw = Decoder(ordered[i]->codec).IsLossless();
     } catch (const Error& e) {
       reject("undecodable");
-      throw InvalidArgument("key '" + model_[i].key + "': payload does not decode: " + e.what());
+      throw InvalidArgument("key '" + model_[i].key + "': payload does not decode: " + e.message(),
+                            Reason::kUndecodable);
     }
     if (!raw) {
       items.push_back({i, 0, n, false});
@@ -139,7 +143,7 @@ std::vector<const Payload*> ModelState::Validate(const std::vector<KeyPayload>& 
       try {
         Decoder(p.codec).DecodeTo(p.bytes, keys_[it.key]->numel, scratch.data());
       } catch (const Error& e) {
-        errors[t] = "key '" + model_[it.key].key + "': payload does not decode: " + e.what();
+        errors[t] = "key '" + model_[it.key].key + "': payload does not decode: " + e.message();
         return;
       }
       bad = FirstNonFinite(scratch.data(), keys_[it.key]->numel);
@@ -153,7 +157,7 @@ std::vector<const Payload*> ModelState::Validate(const std::vector<KeyPayload>& 
   for (size_t t = 0; t < errors.size(); ++t) {
     if (errors[t].empty()) continue;
     reject(non_finite[t] ? "non_finite" : "undecodable");
-    throw InvalidArgument(errors[t]);
+    throw InvalidArgument(errors[t], non_finite[t] ? Reason::kNonFinite : Reason::kUndecodable);
   }
   return ordered;
 }

@@ -86,31 +86,35 @@ RegisterResult ParameterStore::Register(const WorkerId& w, const std::vector<Ten
                opt_.max_model_bytes >> 20, " MB (server.max_model_mb)");
     SetModel(model, config_hash);
   } else {
-    GP_ENFORCE_AS(FailedPrecondition, config_hash == model_.config_hash(), "worker '", w.name,
-                  "' runs another job config (hash ", config_hash, ", first worker's ",
-                  model_.config_hash(), ")");
+    GP_REFUSE(FailedPrecondition, Reason::kConfigMismatch, config_hash == model_.config_hash(),
+              "worker '", w.name, "' runs another job config (hash ", config_hash,
+              ", first worker's ", model_.config_hash(), ")");
     const auto& mine = model_.specs();
     for (size_t i = 0; i < std::max(model.size(), mine.size()); ++i) {
-      GP_ENFORCE_AS(FailedPrecondition, i < model.size(), "model fingerprint differs: key '",
-                    mine[i].key, "' is missing from worker '", w.name, "'");
-      GP_ENFORCE_AS(FailedPrecondition, i < mine.size(), "model fingerprint differs: key '",
-                    model[i].key, "' of worker '", w.name, "' is not in the first model");
+      GP_REFUSE(FailedPrecondition, Reason::kModelMismatch, i < model.size(),
+                "model fingerprint differs: key '", mine[i].key, "' is missing from worker '",
+                w.name, "'");
+      GP_REFUSE(FailedPrecondition, Reason::kModelMismatch, i < mine.size(),
+                "model fingerprint differs: key '", model[i].key, "' of worker '", w.name,
+                "' is not in the first model");
       const TensorSpec &a = mine[i], &b = model[i];
-      GP_ENFORCE_AS(FailedPrecondition, a.key == b.key && a.shape == b.shape && a.dtype == b.dtype,
-                    "model fingerprint differs at ", ModelDiff(a, b));
+      GP_REFUSE(FailedPrecondition, Reason::kModelMismatch,
+                a.key == b.key && a.shape == b.shape && a.dtype == b.dtype,
+                "model fingerprint differs at ", ModelDiff(a, b));
     }
   }
   // The first worker (after a start or a restore) fixes the split; all others must match.
   const std::vector<int> split = bucket_keys.size() == 1 ? std::vector<int>{} : bucket_keys;
   if (!agg_.layout_set) {
-    GP_ENFORCE_AS(FailedPrecondition, agg_.Idle() || split == agg_.split(), "worker '", w.name,
-                  "': cannot change the bucket split while a step is open");
+    GP_REFUSE(FailedPrecondition, Reason::kModelMismatch, agg_.Idle() || split == agg_.split(),
+              "worker '", w.name, "': cannot change the bucket split while a step is open");
     if (split != agg_.split()) agg_.Split(split, model_.size(), step_);
     agg_.layout_set = true;
   } else {
-    GP_ENFORCE_AS(FailedPrecondition, split == agg_.split(), "worker '", w.name, "' splits the ",
-                  "model into ", std::max<size_t>(1, split.size()), " buckets, the first worker ",
-                  "into ", std::max<size_t>(1, agg_.split().size()), " (sync.bucket_mb differs)");
+    GP_REFUSE(FailedPrecondition, Reason::kModelMismatch, split == agg_.split(), "worker '", w.name,
+              "' splits the ", "model into ", std::max<size_t>(1, split.size()),
+              " buckets, the first worker ", "into ", std::max<size_t>(1, agg_.split().size()),
+              " (sync.bucket_mb differs)");
   }
   const Member& m = members_.Join(w, step_);
   return {m.rank, opt_.workers, step_, model_.initialized};

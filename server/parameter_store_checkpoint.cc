@@ -49,8 +49,8 @@ Checkpoint ParameterStore::SaveCheckpointLocked() const {
 
 void ParameterStore::RestoreCheckpoint(const Checkpoint& c) {
   std::lock_guard<std::mutex> lock(mu_);
-  GP_ENFORCE_AS(FailedPrecondition, members_.empty() && model_.empty(),
-                "a checkpoint can only be restored before any worker registers");
+  GP_REFUSE(FailedPrecondition, Reason::kBadRequest, members_.empty() && model_.empty(),
+            "a checkpoint can only be restored before any worker registers");
   const std::string context = "server checkpoint " + c.path;
   ByteReader r(c.Get("meta"), context.c_str());
   const auto step = static_cast<int64_t>(r.Get<uint64_t>("step"));

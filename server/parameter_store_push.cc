@@ -69,10 +69,11 @@ std::unique_ptr<ParameterStore::PushSession> ParameterStore::BeginPush(
   std::unique_lock<std::mutex> lock(mu_);  // its destructor takes mu_
   members_.Enter(w.name);
   st.in_call = true;
-  GP_ENFORCE_AS(Unavailable, !shutdown_, "server is shutting down");
+  GP_REFUSE(Unavailable, Reason::kShuttingDown, !shutdown_, "server is shutting down");
   try {
     Member& ws = CheckWorker(w);
-    GP_ENFORCE_AS(FailedPrecondition, model_.initialized, "the server has no initial weights yet");
+    GP_REFUSE(FailedPrecondition, Reason::kNotInitialized, model_.initialized,
+              "the server has no initial weights yet");
     Lane& lane = agg_.Of(bucket, w);
     st.lane = &lane;
     if (opt_.async) {
@@ -82,23 +83,24 @@ std::unique_ptr<ParameterStore::PushSession> ParameterStore::BeginPush(
         st.early = {model_.AsyncWeights(step_), 0, 0, /*duplicate=*/true};
         return session;
       }
-      GP_ENFORCE_AS(FailedPrecondition, step_ - base_step <= opt_.max_staleness, "worker '", w.name,
-                    "': push computed on step ", base_step, " is ", step_ - base_step,
-                    " steps stale (max_staleness ", opt_.max_staleness, ")");
+      GP_REFUSE(FailedPrecondition, Reason::kStalePush, step_ - base_step <= opt_.max_staleness,
+                "worker '", w.name, "': push computed on step ", base_step, " is ",
+                step_ - base_step, " steps stale (max_staleness ", opt_.max_staleness, ")");
     } else if (step < lane.step || lane.pushed.count(w.name) || lane.in_flight.count(w.name)) {
       // Duplicate of a push already applied (or being applied): acknowledged at Commit,
       // which waits for the step's result; never applied twice. A worker that rejoined while
       // the others completed this bucket of the open step gets the bucket's result too.
       const bool late = step == step_ && step < lane.step;
-      GP_ENFORCE_AS(FailedPrecondition,
-                    late || step <= lane.LastStep(w.name) || lane.in_flight.count(w.name),
-                    "worker '", w.name, "': push for step ", step,
-                    " arrived after the step completed (server step ", step_, ")");
+      GP_REFUSE(FailedPrecondition, Reason::kLatePush,
+                late || step <= lane.LastStep(w.name) || lane.in_flight.count(w.name), "worker '",
+                w.name, "': push for step ", step,
+                " arrived after the step completed (server step ", step_, ")");
       st.duplicate = true;
       return session;
     } else {
-      GP_ENFORCE_AS(FailedPrecondition, step == lane.step && step == step_, "worker '", w.name,
-                    "': push for step ", step, " is ahead of the server's open step ", step_);
+      GP_REFUSE(FailedPrecondition, Reason::kAheadOfServer, step == lane.step && step == step_,
+                "worker '", w.name, "': push for step ", step,
+                " is ahead of the server's open step ", step_);
     }
   } catch (const FailedPrecondition&) {
     ++stats_.rejected["stale_or_out_of_order"];
@@ -126,9 +128,9 @@ void ParameterStore::AcquireTarget(PushSession::State& st, std::unique_lock<std:
     }
     if (!lane.staging_free.empty() || lane.staging_count < kMaxStaging) break;
     step_cv_.wait_until(lock, st.deadline);
-    GP_ENFORCE_AS(Unavailable, !shutdown_, "server is shutting down");
-    GP_ENFORCE_AS(Unavailable, Clock::now() < st.deadline,
-                  "no staging buffer came free before the deadline (server busy); retry");
+    GP_REFUSE(Unavailable, Reason::kShuttingDown, !shutdown_, "server is shutting down");
+    GP_REFUSE(Unavailable, Reason::kTimedOut, Clock::now() < st.deadline,
+              "no staging buffer came free before the deadline (server busy); retry");
   }
   if (lane.staging_free.empty()) {
     auto b = std::make_unique<Buffer>(lane.keys());
@@ -163,35 +165,37 @@ void ParameterStore::PushSession::Add(const Piece& piece, std::string_view bytes
     const int64_t at = S.model_.Index(std::string(piece.key));
     if (at < 0) {
       S.Reject("bad_key_or_shape");
-      throw InvalidArgument("unknown key '" + std::string(piece.key) + "'");
+      throw InvalidArgument("unknown key '" + std::string(piece.key) + "'", Reason::kBadKeyOrShape);
     }
     i = st.last = static_cast<size_t>(at);
   }
   if (i < st.lane->begin || i >= st.lane->end) {
     S.Reject("bad_key_or_shape");
-    throw InvalidArgument("key '" + std::string(piece.key) + "' is not in bucket " +
-                          std::to_string(st.lane->index));
+    throw InvalidArgument(
+        "key '" + std::string(piece.key) + "' is not in bucket " + std::to_string(st.lane->index),
+        Reason::kBadKeyOrShape);
   }
   const size_t j = i - st.lane->begin;  // the key within the lane
   State::KeyIn& k = st.keys[j];
   const std::string& key = S.model_.spec(i).key;
   const int64_t numel = S.model_.key(i).numel;
-  auto bad = [&](const char* reason, const std::string& what) {
-    S.Reject(reason);
-    throw InvalidArgument("key '" + key + "': " + what);
+  auto bad = [&](Reason reason, const std::string& what) {
+    S.Reject(ReasonName(reason));
+    throw InvalidArgument("key '" + key + "': " + what, reason);
   };
   if (!k.started) {
     if (piece.shape != S.model_.spec(i).shape) {
-      bad("bad_key_or_shape", "shape " + ShapeToString(piece.shape) +
-                                  " does not match the model's " +
-                                  ShapeToString(S.model_.spec(i).shape));
+      bad(Reason::kBadKeyOrShape, "shape " + ShapeToString(piece.shape) +
+                                      " does not match the model's " +
+                                      ShapeToString(S.model_.spec(i).shape));
     }
     if (piece.offset != 0)
-      bad("undecodable", "first chunk at offset " + std::to_string(piece.offset));
-    if (piece.dtype > 3) bad("undecodable", "unknown dtype code " + std::to_string(piece.dtype));
+      bad(Reason::kUndecodable, "first chunk at offset " + std::to_string(piece.offset));
+    if (piece.dtype > 3)
+      bad(Reason::kUndecodable, "unknown dtype code " + std::to_string(piece.dtype));
     if (piece.total_bytes > 8 * static_cast<uint64_t>(numel) + 4096) {
-      bad("undecodable", "payload of " + std::to_string(piece.total_bytes) +
-                             " bytes is larger than any codec produces");
+      bad(Reason::kUndecodable, "payload of " + std::to_string(piece.total_bytes) +
+                                    " bytes is larger than any codec produces");
     }
     k.codec = piece.codec;
     k.shape = piece.shape;
@@ -199,23 +203,24 @@ void ParameterStore::PushSession::Add(const Piece& piece, std::string_view bytes
     try {
       k.raw = S.model_.Decoder(k.codec).IsLossless();  // the floats themselves: streamed
     } catch (const Error& e) {
-      bad("undecodable", std::string("payload does not decode: ") + e.what());
+      bad(Reason::kUndecodable, std::string("payload does not decode: ") + e.message());
     }
     if (k.raw && k.total != static_cast<uint64_t>(numel) * sizeof(float)) {
-      bad("undecodable", "payload does not decode: " + k.codec + ": " + std::to_string(k.total) +
-                             " bytes, expected " + std::to_string(numel * sizeof(float)));
+      bad(Reason::kUndecodable, "payload does not decode: " + k.codec + ": " +
+                                    std::to_string(k.total) + " bytes, expected " +
+                                    std::to_string(numel * sizeof(float)));
     }
     if (!k.raw) k.bytes.reserve(k.total);
     k.started = true;
   } else if (piece.codec != k.codec || piece.shape != k.shape || piece.total_bytes != k.total) {
-    bad("undecodable", "chunk disagrees with the key's first chunk");
+    bad(Reason::kUndecodable, "chunk disagrees with the key's first chunk");
   }
   if (piece.offset != k.got) {
-    bad("undecodable",
+    bad(Reason::kUndecodable,
         "chunk at offset " + std::to_string(piece.offset) + ", expected " + std::to_string(k.got));
   }
   if (bytes.size() > k.total - k.got) {
-    bad("undecodable", "chunks exceed total_bytes " + std::to_string(k.total));
+    bad(Reason::kUndecodable, "chunks exceed total_bytes " + std::to_string(k.total));
   }
   if (k.raw) {
     // Copied in blocks, each checked while still in cache. A float may straddle pieces:
@@ -229,7 +234,7 @@ void ParameterStore::PushSession::Add(const Piece& piece, std::string_view bytes
       const int64_t upto = static_cast<int64_t>((k.got + done) / sizeof(float));
       const int64_t at = ModelState::FirstNonFinite(st.dst[j] + checked, upto - checked);
       if (at >= 0) {
-        bad("non_finite",
+        bad(Reason::kNonFinite,
             "decoded gradient has NaN or Inf at element " + std::to_string(checked + at));
       }
       checked = upto;
@@ -253,12 +258,12 @@ PushPullResult ParameterStore::PushSession::Commit(bool wait) {
     Timer waited;
     const Lane& lane = *st.lane;
     S.step_cv_.wait_until(lock, st.deadline, [&] { return S.shutdown_ || lane.step > st.step; });
-    GP_ENFORCE_AS(Unavailable, !S.shutdown_, "server is shutting down");
-    GP_ENFORCE_AS(Unavailable, lane.step > st.step, "timed out waiting for step ", st.step,
-                  " to complete; retry");
+    GP_REFUSE(Unavailable, Reason::kShuttingDown, !S.shutdown_, "server is shutting down");
+    GP_REFUSE(Unavailable, Reason::kTimedOut, lane.step > st.step, "timed out waiting for step ",
+              st.step, " to complete; retry");
     auto r = lane.Find(st.step);
-    GP_ENFORCE_AS(FailedPrecondition, r != nullptr, "result of step ", st.step,
-                  " is no longer kept (server step ", S.step_, ")");
+    GP_REFUSE(FailedPrecondition, Reason::kResultDropped, r != nullptr, "result of step ", st.step,
+              " is no longer kept (server step ", S.step_, ")");
     return {r, waited.ElapsedMs(), 0, /*duplicate=*/true};
   }
   Timer t;
@@ -269,12 +274,13 @@ PushPullResult ParameterStore::PushSession::Commit(bool wait) {
     const std::string& key = S.model_.spec(first + j).key;
     if (!k.started) {
       S.Reject("bad_key_or_shape");
-      throw InvalidArgument("push is missing key '" + key + "'");
+      throw InvalidArgument("push is missing key '" + key + "'", Reason::kBadKeyOrShape);
     }
     if (k.got != k.total) {
       S.Reject("undecodable");
       throw InvalidArgument("key '" + key + "': got " + std::to_string(k.got) + " of " +
-                            std::to_string(k.total) + " payload bytes");
+                                std::to_string(k.total) + " payload bytes",
+                            Reason::kUndecodable);
     }
     if (!k.raw) coded.push_back(j);
   }
@@ -287,7 +293,7 @@ PushPullResult ParameterStore::PushSession::Commit(bool wait) {
     try {
       S.model_.Decoder(st.keys[i].codec).DecodeTo(st.keys[i].bytes, numel, st.dst[i]);
     } catch (const Error& e) {
-      errors[j] = "key '" + key + "': payload does not decode: " + e.what();
+      errors[j] = "key '" + key + "': payload does not decode: " + e.message();
       return;
     }
     const int64_t at = ModelState::FirstNonFinite(st.dst[i], numel);
@@ -300,7 +306,7 @@ PushPullResult ParameterStore::PushSession::Commit(bool wait) {
   for (size_t j = 0; j < errors.size(); ++j) {
     if (errors[j].empty()) continue;
     S.Reject(non_finite[j] ? "non_finite" : "undecodable");
-    throw InvalidArgument(errors[j]);
+    throw InvalidArgument(errors[j], non_finite[j] ? Reason::kNonFinite : Reason::kUndecodable);
   }
   for (size_t i : coded) std::string().swap(st.keys[i].bytes);
   st.apply_ms += t.ElapsedMs();
@@ -319,9 +325,9 @@ PushPullResult ParameterStore::CommitSync(PushSession::State& st, bool wait) {
   if (!st.owner) {
     // The step's first push may still be streaming into the accumulator: land after it.
     step_cv_.wait_until(lock, st.deadline, [&] { return shutdown_ || !lane.accum_owned; });
-    GP_ENFORCE_AS(Unavailable, !shutdown_, "server is shutting down");
-    GP_ENFORCE_AS(Unavailable, !lane.accum_owned,
-                  "timed out waiting for another push to land in the step; retry");
+    GP_REFUSE(Unavailable, Reason::kShuttingDown, !shutdown_, "server is shutting down");
+    GP_REFUSE(Unavailable, Reason::kTimedOut, !lane.accum_owned,
+              "timed out waiting for another push to land in the step; retry");
     Timer t;
     if (lane.accum_holders == 0) {  // nothing in the accumulator: the staging buffer becomes it
       for (size_t i = lane.begin; i < lane.end; ++i)
@@ -362,9 +368,10 @@ PushPullResult ParameterStore::CommitSync(PushSession::State& st, bool wait) {
   if (!wait) return {nullptr, 0, st.apply_ms, false};
   Timer waited;
   step_cv_.wait_until(lock, st.deadline, [&] { return shutdown_ || lane.step > step; });
-  GP_ENFORCE_AS(Unavailable, !shutdown_, "server is shutting down");
-  GP_ENFORCE_AS(Unavailable, lane.step > step, "timed out waiting for the other workers at step ",
-                step, "; the push is kept: retry to wait again");
+  GP_REFUSE(Unavailable, Reason::kShuttingDown, !shutdown_, "server is shutting down");
+  GP_REFUSE(Unavailable, Reason::kTimedOut, lane.step > step,
+            "timed out waiting for the other workers at step ", step,
+            "; the push is kept: retry to wait again");
   return {lane.Find(step), waited.ElapsedMs(), st.apply_ms, false};
 }
 

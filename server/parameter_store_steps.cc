@@ -29,10 +29,11 @@ PushPullResult ParameterStore::AsyncPush(const WorkerId& w, int64_t step, int64_
   // Re-check staleness: other pushes may have landed while this one was validated.
   if (step_ - base_step > opt_.max_staleness) {
     ++stats_.rejected["stale_or_out_of_order"];
-    throw FailedPrecondition("worker '" + w.name + "': push computed on step " +
-                             std::to_string(base_step) + " became " +
-                             std::to_string(step_ - base_step) + " steps stale (max_staleness " +
-                             std::to_string(opt_.max_staleness) + ")");
+    throw FailedPrecondition(
+        "worker '" + w.name + "': push computed on step " + std::to_string(base_step) + " became " +
+            std::to_string(step_ - base_step) + " steps stale (max_staleness " +
+            std::to_string(opt_.max_staleness) + ")",
+        Reason::kStalePush);
   }
   Timer t;
   SgdOptions sgd = opt_.sgd;
@@ -80,20 +81,21 @@ std::shared_ptr<const StepResult> ParameterStore::Pull(const WorkerId& w, int64_
                                                        Clock::time_point deadline, int bucket) {
   std::unique_lock<std::mutex> lock(mu_);
   CheckWorker(w);
-  GP_ENFORCE_AS(FailedPrecondition, model_.initialized, "the server has no weights yet");
+  GP_REFUSE(FailedPrecondition, Reason::kNotInitialized, model_.initialized,
+            "the server has no weights yet");
   if (opt_.async) return model_.AsyncWeights(step_);
   const Lane* lane = bucket >= 0 || agg_.size() == 1 ? &agg_.Of(bucket, w) : nullptr;
   if (step < 0) {
     step = (lane ? lane->step : step_) - 1;
-    GP_ENFORCE_AS(FailedPrecondition, step >= 0, "no step has completed yet");
+    GP_REFUSE(FailedPrecondition, Reason::kResultDropped, step >= 0, "no step has completed yet");
   }
   auto done = [&] { return lane ? lane->step > step : step_ > step; };
   step_cv_.wait_until(lock, deadline, [&] { return shutdown_ || done(); });
-  GP_ENFORCE_AS(Unavailable, !shutdown_, "server is shutting down");
-  GP_ENFORCE_AS(Unavailable, done(), "timed out waiting for step ", step, "; retry");
+  GP_REFUSE(Unavailable, Reason::kShuttingDown, !shutdown_, "server is shutting down");
+  GP_REFUSE(Unavailable, Reason::kTimedOut, done(), "timed out waiting for step ", step, "; retry");
   auto r = lane ? lane->Find(step) : agg_.Joined(step);
-  GP_ENFORCE_AS(FailedPrecondition, r != nullptr, "result of step ", step,
-                " is no longer kept (server step ", step_, ")");
+  GP_REFUSE(FailedPrecondition, Reason::kResultDropped, r != nullptr, "result of step ", step,
+            " is no longer kept (server step ", step_, ")");
   return r;
 }
 

@@ -14,12 +14,14 @@ std::shared_ptr<const StepResult> ParameterStore::Weights(const WorkerId& w, int
                                                           Clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   CheckWorker(w);
-  GP_ENFORCE_AS(FailedPrecondition, model_.initialized, "the server has no weights yet");
+  GP_REFUSE(FailedPrecondition, Reason::kNotInitialized, model_.initialized,
+            "the server has no weights yet");
   step_cv_.wait_until(lock, deadline,
                       [&] { return shutdown_ || model_.weights_version >= min_version; });
-  GP_ENFORCE_AS(Unavailable, !shutdown_, "server is shutting down");
-  GP_ENFORCE_AS(Unavailable, model_.weights_version >= min_version, "weights version ", min_version,
-                " not published yet (now ", model_.weights_version, "); retry");
+  GP_REFUSE(Unavailable, Reason::kShuttingDown, !shutdown_, "server is shutting down");
+  GP_REFUSE(Unavailable, Reason::kTimedOut, model_.weights_version >= min_version,
+            "weights version ", min_version, " not published yet (now ", model_.weights_version,
+            "); retry");
   return model_.Encode(step_, /*weights=*/true, /*lossless=*/true, 0, model_.size(), 1.f, nullptr);
 }
 
@@ -35,11 +37,12 @@ std::pair<int, double> ParameterStore::Elect(const WorkerId& w, int64_t round, d
     e = elections_.Find(round);
     return shutdown_ || e == nullptr || e->best_rank >= 0;
   });
-  GP_ENFORCE_AS(Unavailable, !shutdown_, "server is shutting down");
+  GP_REFUSE(Unavailable, Reason::kShuttingDown, !shutdown_, "server is shutting down");
   e = elections_.Find(round);
-  GP_ENFORCE_AS(FailedPrecondition, e != nullptr, "election ", round, " is no longer kept");
-  GP_ENFORCE_AS(Unavailable, e->best_rank >= 0, "timed out waiting for the other ",
-                "workers' votes in election ", round, "; retry");
+  GP_REFUSE(FailedPrecondition, Reason::kResultDropped, e != nullptr, "election ", round,
+            " is no longer kept");
+  GP_REFUSE(Unavailable, Reason::kTimedOut, e->best_rank >= 0, "timed out waiting for the other ",
+            "workers' votes in election ", round, "; retry");
   return {e->best_rank, e->best_score};
 }
 
@@ -49,8 +52,9 @@ void ParameterStore::PublishWeights(const WorkerId& w, int64_t round,
     std::lock_guard<std::mutex> lock(mu_);
     const Member& m = CheckWorker(w);
     const Elections::Round* e = elections_.Find(round);
-    GP_ENFORCE_AS(FailedPrecondition, e != nullptr && e->best_rank == m.rank, "worker '", w.name,
-                  "' was not elected in round ", round, " and may not publish weights");
+    GP_REFUSE(FailedPrecondition, Reason::kNotElected, e != nullptr && e->best_rank == m.rank,
+              "worker '", w.name, "' was not elected in round ", round,
+              " and may not publish weights");
     if (model_.weights_version >= round + 1) return;  // a retry: this round's weights are in
   }
   const auto ordered = model_.Validate(weights, Rejecter());

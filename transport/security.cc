@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/strings.h"
+#include "transport/status.h"
 
 namespace gradpress::transport {
 namespace {
@@ -120,18 +121,22 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-grpc::Status CheckToken(const grpc::ServerContext& ctx, std::string_view token) {
+grpc::Status CheckToken(const grpc::ServerContextBase& ctx, std::string_view token) {
   if (token.empty()) return grpc::Status::OK;
   const auto& md = ctx.client_metadata();
   const auto it = md.find(kAuthorizationKey);
-  if (it == md.end()) return {grpc::StatusCode::UNAUTHENTICATED, "missing bearer token"};
+  if (it == md.end())
+    return StatusWithReason(grpc::StatusCode::UNAUTHENTICATED, "missing bearer token",
+                            Reason::kUnauthenticated);
   std::string_view got(it->second.data(), it->second.size());
   constexpr std::string_view kBearer = "Bearer ";
   if (got.size() < kBearer.size() || got.substr(0, kBearer.size()) != kBearer)
-    return {grpc::StatusCode::UNAUTHENTICATED, "missing bearer token"};
+    return StatusWithReason(grpc::StatusCode::UNAUTHENTICATED, "missing bearer token",
+                            Reason::kUnauthenticated);
   got.remove_prefix(kBearer.size());
   if (!ConstantTimeEquals(got, token))
-    return {grpc::StatusCode::UNAUTHENTICATED, "bad bearer token"};
+    return StatusWithReason(grpc::StatusCode::UNAUTHENTICATED, "bad bearer token",
+                            Reason::kUnauthenticated);
   return grpc::Status::OK;
 }
 

@@ -68,7 +68,7 @@ ClientSecurity LoadClientSecurity(const SecurityConfig& c);
 
 // OK, or UNAUTHENTICATED "missing bearer token" / "bad bearer token". OK at once when
 // `token` is empty.
-grpc::Status CheckToken(const grpc::ServerContext& ctx, std::string_view token);
+grpc::Status CheckToken(const grpc::ServerContextBase& ctx, std::string_view token);
 // Equality in time that depends only on the lengths.
 bool ConstantTimeEquals(std::string_view a, std::string_view b);
 

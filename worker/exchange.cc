@@ -87,9 +87,7 @@ class WeightsExchange : public Exchange {
     } catch (const FailedPrecondition& e) {
       // Async: a gradient older than sync.max_staleness steps is refused; drop it and go on
       // from the server's current weights (the usual asynchronous-SGD rule).
-      if (ctx_.config->sync.mode != "async" ||
-          std::string(e.what()).find("steps stale") == std::string::npos)
-        throw;
+      if (ctx_.config->sync.mode != "async" || e.reason() != Reason::kStalePush) throw;
       spdlog::debug("worker-{} step {}: {}; pulling fresh weights", ctx_.rank, step, e.what());
       st = ctx_.client->Pull(&weights);
       m->stale = true;

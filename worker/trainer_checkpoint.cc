@@ -183,9 +183,10 @@ void Trainer::Resume(int64_t server_step) {
 }
 
 bool Trainer::LostByServer(const Error& e) {
-  if (e.code() == ErrorCode::kNotFound) return true;  // "worker '...' is not registered"
-  return e.code() == ErrorCode::kFailedPrecondition &&
-         std::string(e.what()).find("register again") != std::string::npos;
+  // Unknown to the server (it restarted without a checkpoint of us), or known but told to
+  // register again (restored from a checkpoint; dropped after worker_timeout_s).
+  if (e.code() == ErrorCode::kNotFound) return e.reason() == Reason::kNotRegistered;
+  return e.code() == ErrorCode::kFailedPrecondition && e.reason() == Reason::kRegisterAgain;
 }
 
 int64_t Trainer::Rejoin(const Error& why) {
