@@ -7,14 +7,14 @@
 //     0  PushPull (sync, gradients): server::ReadPushStream, wait for the result
 //     1  Push (sync, exchange=weights): server::ReadPushStream without waiting
 //     2  PushPull (async, exchange=weights)
-//     3  InitWeights: protobuf PushMessage -> PayloadAssembler -> ParameterStore::InitWeights
+//     3  InitWeights: server::ReadWholePush (ParseMessage -> PayloadAssembler) -> InitWeights
 //   bit 2: the pull codec is topk+qsgd with error feedback (else none); bit 3: shadow weights.
 // Paths 0-2 run the service's own push path, server::ReadPushStream (server/parameter_service.h:
-// ParseMessage -> BeginPush -> Add pieces -> Commit), fed the stream's frames; path 3 mirrors
-// the service's ReadPush. Oracles besides the sanitizers: only gradpress::Error may be thrown;
-// a message both ParseMessage and protobuf accept means the same to both; a step result the
-// store returns frames, parses back and decodes with its own codec; a rejected stream leaves
-// the step.
+// ParseMessage -> BeginPush -> Add pieces -> Commit), fed the stream's frames; path 3 runs
+// the service's whole-push reader, server::ReadWholePush, on them. Oracles besides the sanitizers:
+// only gradpress::Error may be thrown; a message both ParseMessage and protobuf accept means the
+// same to both; a step result the store returns frames, parses back and decodes with its own codec;
+// a rejected stream leaves the step.
 #include <google/protobuf/stubs/common.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
@@ -210,23 +210,13 @@ void StreamPush(ParameterStore& store, const std::vector<std::string_view>& reco
   if (r.result) CheckResult(*r.result);
 }
 
-// ParameterService::ReadPush (protobuf messages) then InitWeights.
-void InitWeights(ParameterStore& store, const std::vector<std::string_view>& records) {
-  proto::PushMessage msg;
+// The service's InitWeights path: server::ReadWholePush over the stream's frames, then the
+// store's InitWeights.
+void InitWeights(ParameterStore& store, const std::vector<std::string_view>& records, uint8_t cut) {
   if (records.empty()) return;
-  GP_ENFORCE(msg.ParseFromArray(records[0].data(), static_cast<int>(records[0].size())),
-             "malformed message");
-  GP_ENFORCE(msg.has_header(), "push stream must start with a PushHeader");
-  const proto::PushHeader h = msg.header();
-  const std::vector<TensorSpec> model = store.model();
-  transport::PayloadAssembler assembler(model);
-  for (size_t i = 1; i < records.size(); ++i) {
-    GP_ENFORCE(msg.ParseFromArray(records[i].data(), static_cast<int>(records[i].size())),
-               "malformed message");
-    GP_ENFORCE(msg.has_chunk(), "push stream has a second header");
-    assembler.Add(msg.mutable_chunk());
-  }
-  if (store.InitWeights({h.worker_id(), h.incarnation()}, assembler.Finish()))
+  RecordFrames frames(records, cut);
+  const server::WholePush push = server::ReadWholePush(&frames, store.model());
+  if (store.InitWeights({push.header.worker_id(), push.header.incarnation()}, push.payloads))
     CheckResult(*store.Weights(kWorker));
 }
 
@@ -301,7 +291,7 @@ void WriteSeeds(Seeds& seeds) {
       PutPush(codec, 1, 2, false, &s);  // sync's next step
       seeds.Write("push-" + std::to_string(k++), s);
     }
-    std::string s;  // InitWeights: the same records, parsed by protobuf
+    std::string s;  // InitWeights: the same records, through the whole-push reader
     s.push_back(3);
     s.push_back(0);
     PutPush(codec, 0, 2, false, &s);
@@ -329,7 +319,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   store.Register(kWorker, Model(), "job");
   if ((options & 3) == 3) {
     try {
-      InitWeights(store, Stream(in));
+      const std::vector<std::string_view> records = Stream(in);
+      InitWeights(store, records, cut);
     } catch (const gradpress::Error&) {
     }
     return 0;

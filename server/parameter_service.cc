@@ -12,64 +12,21 @@
 namespace gradpress::server {
 namespace {
 
-using transport::ToStatus;
-
-struct ReceivedPush {
-  proto::PushHeader header;
-  std::vector<KeyPayload> payloads;
-};
-
-// Reads a PushHeader then chunks until the client half-closes.
-template <typename Reader>
-ReceivedPush ReadPush(Reader* reader, const std::vector<TensorSpec>& model) {
-  ReceivedPush push;
-  proto::PushMessage msg;
-  GP_ENFORCE(reader->Read(&msg), "push stream ended before its header");
-  GP_ENFORCE(msg.has_header(), "push stream must start with a PushHeader");
-  push.header = msg.header();
-  GP_ENFORCE_AS(NotFound, !model.empty(), "worker '", push.header.worker_id(),
-                "' is not registered (no model yet)");
-  transport::PayloadAssembler assembler(model);
-  while (reader->Read(&msg)) {
-    GP_ENFORCE(msg.has_chunk(), "push stream has a second header");
-    assembler.Add(msg.mutable_chunk());
-  }
-  push.payloads = assembler.Finish();
-  return push;
-}
+using transport::RawStream;
 
 WorkerId Id(const std::string& name, uint64_t incarnation) { return {name, incarnation}; }
 
-// Streams a header and the result's chunks; returns payload bytes sent.
-template <typename Writer>
-void WriteResult(Writer* writer, const StepResult& r, double wait_ms, double server_ms,
-                 ParameterStore* store) {
-  proto::PullMessage msg;
-  auto* h = msg.mutable_header();
-  h->set_step(r.step);
-  h->set_wait_ms(wait_ms);
-  h->set_server_ms(server_ms);
-  h->set_contributors(r.contributors);
-  GP_ENFORCE_AS(Unavailable, writer->Write(msg), "client went away");
-  uint64_t bytes = 0;
-  for (const auto& kp : r.payloads) {
-    transport::ForEachChunk(kp, [&](proto::TensorChunk&& c) {
-      proto::PullMessage m;
-      bytes += c.data().size();
-      *m.mutable_chunk() = std::move(c);
-      GP_ENFORCE_AS(Unavailable, writer->Write(m), "client went away");
-    });
-  }
-  store->CountBytesOut(bytes);
-}
-
-// Method indices of the generated service, in gradpress.proto's order.
-constexpr int kPushPullMethod = 3, kPushMethod = 4, kPullMethod = 5;
+// A call's messages as the frames of a push stream.
+struct StreamFrames : PushFrameReader {
+  explicit StreamFrames(RawStream* s) : stream(s) {}
+  bool Read(grpc::ByteBuffer* frame) override { return stream->Read(frame); }
+  RawStream* stream;
+};
 
 // The result as raw messages: a header, then chunks whose data are views of `r`'s payloads
 // (each slice holds a reference to `r`).
-void WriteRawResult(ParameterService::RawStream* stream, std::shared_ptr<const StepResult> r,
-                    double wait_ms, double server_ms, ParameterStore* store) {
+void WriteRawResult(RawStream* stream, std::shared_ptr<const StepResult> r, double wait_ms,
+                    double server_ms, ParameterStore* store) {
   proto::PullHeader h;
   h.set_step(r->step);
   h.set_wait_ms(wait_ms);
@@ -94,11 +51,20 @@ void WriteRawResult(ParameterService::RawStream* stream, std::shared_ptr<const S
 }
 
 template <typename Message>
-void ParseRequest(ParameterService::RawStream* stream, Message* msg) {
+void ReadRequest(RawStream* stream, Message* msg) {
   grpc::ByteBuffer buffer;
   GP_ENFORCE(stream->Read(&buffer), "request stream ended before its message");
   GP_ENFORCE(grpc::SerializationTraits<Message>::Deserialize(&buffer, msg).ok(),
              "malformed request message");
+}
+
+template <typename Message>
+void WriteReply(RawStream* stream, const Message& msg) {
+  grpc::ByteBuffer buffer;
+  bool own = false;
+  GP_ENFORCE_AS(Internal, grpc::SerializationTraits<Message>::Serialize(msg, &buffer, &own).ok(),
+                "cannot serialize the reply");
+  GP_ENFORCE_AS(Unavailable, stream->Write(buffer), "client went away");
 }
 
 }  // namespace
@@ -106,14 +72,9 @@ void ParseRequest(ParameterService::RawStream* stream, Message* msg) {
 ParameterService::ParameterService(ParameterStore* store, double deadline_s, ServiceGate gate)
     : store_(store), deadline_s_(deadline_s), token_(std::move(gate.token)) {
   if (gate.faults.ServerSide()) faults_ = std::make_unique<transport::FaultInjector>(gate.faults);
-  using Raw =
-      grpc::internal::BidiStreamingHandler<ParameterService, grpc::ByteBuffer, grpc::ByteBuffer>;
-  MarkMethodStreamed(kPushPullMethod, new Raw(&ParameterService::RawPushPull, this));
-  MarkMethodStreamed(kPushMethod, new Raw(&ParameterService::RawPush, this));
-  MarkMethodStreamed(kPullMethod, new Raw(&ParameterService::RawPull, this));
 }
 
-grpc::Status ParameterService::Admit(const grpc::ServerContext& ctx) {
+grpc::Status ParameterService::Admit(const grpc::ServerContextBase& ctx) {
   if (!token_.empty()) {
     grpc::Status s = transport::CheckToken(ctx, token_);
     if (!s.ok()) {
@@ -132,10 +93,21 @@ grpc::Status ParameterService::Admit(const grpc::ServerContext& ctx) {
   return grpc::Status::OK;
 }
 
-Clock::time_point ParameterService::Deadline(const grpc::ServerContext* ctx) const {
+template <typename Fn>
+grpc::Status ParameterService::Serve(const grpc::ServerContextBase& ctx, Fn&& body) {
+  if (grpc::Status denied = Admit(ctx); !denied.ok()) return denied;
+  try {
+    body();
+    return grpc::Status::OK;
+  } catch (...) {
+    return transport::ToStatus(std::current_exception());
+  }
+}
+
+Clock::time_point ParameterService::Deadline(const grpc::ServerContextBase& ctx) const {
   const auto ours = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                        std::chrono::duration<double>(deadline_s_));
-  const auto theirs = ctx->deadline();  // system_clock
+  const auto theirs = ctx.deadline();  // system_clock
   const auto left = theirs - std::chrono::system_clock::now();
   if (left < std::chrono::hours(24 * 365))
     return std::min(ours, Clock::now() + std::chrono::duration_cast<Clock::duration>(left));
@@ -144,8 +116,7 @@ Clock::time_point ParameterService::Deadline(const grpc::ServerContext* ctx) con
 
 grpc::Status ParameterService::Register(grpc::ServerContext* ctx, const proto::RegisterRequest* req,
                                         proto::RegisterReply* reply) {
-  if (grpc::Status denied = Admit(*ctx); !denied.ok()) return denied;
-  try {
+  return Serve(*ctx, [&] {
     std::vector<TensorSpec> model;
     for (const auto& s : req->model()) model.push_back(transport::FromProto(s));
     const std::vector<int> buckets(req->bucket_keys().begin(), req->bucket_keys().end());
@@ -155,37 +126,54 @@ grpc::Status ParameterService::Register(grpc::ServerContext* ctx, const proto::R
     reply->set_world_size(r.world_size);
     reply->set_server_step(r.server_step);
     reply->set_initialized(r.initialized);
-    return grpc::Status::OK;
-  } catch (...) {
-    return ToStatus(std::current_exception());
-  }
+  });
 }
 
-grpc::Status ParameterService::InitWeights(grpc::ServerContext* ctx,
-                                           grpc::ServerReader<proto::PushMessage>* reader,
-                                           proto::InitReply* reply) {
-  if (grpc::Status denied = Admit(*ctx); !denied.ok()) return denied;
-  try {
-    ReceivedPush push = ReadPush(reader, store_->model());
-    reply->set_accepted(
-        store_->InitWeights(Id(push.header.worker_id(), push.header.incarnation()), push.payloads));
-    return grpc::Status::OK;
-  } catch (...) {
-    return ToStatus(std::current_exception());
-  }
+grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterService::InitWeights(Ctx* ctx,
+                                                                         grpc::ByteBuffer* reply) {
+  return transport::ServeClientStream(ctx, reply, [this](Ctx* c, RawStream* stream) {
+    return Serve(*c, [&] {
+      StreamFrames frames(stream);
+      const WholePush push = ReadWholePush(&frames, store_->model());
+      proto::InitReply r;
+      r.set_accepted(store_->InitWeights(Id(push.header.worker_id(), push.header.incarnation()),
+                                         push.payloads));
+      WriteReply(stream, r);
+    });
+  });
 }
 
-grpc::Status ParameterService::PullWeights(grpc::ServerContext* ctx, const proto::PullRequest* req,
-                                           grpc::ServerWriter<proto::PullMessage>* writer) {
-  if (grpc::Status denied = Admit(*ctx); !denied.ok()) return denied;
-  try {
-    auto r = store_->Weights(Id(req->worker_id(), req->incarnation()),
-                             std::max<int64_t>(0, req->step()), Deadline(ctx));
-    WriteResult(writer, *r, 0, 0, store_);
-    return grpc::Status::OK;
-  } catch (...) {
-    return ToStatus(std::current_exception());
+grpc::ServerWriteReactor<grpc::ByteBuffer>* ParameterService::PullWeights(
+    Ctx* ctx, const grpc::ByteBuffer* request) {
+  return transport::ServeServerStream(ctx, request, [this](Ctx* c, RawStream* stream) {
+    return Serve(*c, [&] {
+      proto::PullRequest req;
+      ReadRequest(stream, &req);
+      auto r = store_->Weights(Id(req.worker_id(), req.incarnation()),
+                               std::max<int64_t>(0, req.step()), Deadline(*c));
+      WriteRawResult(stream, r, 0, 0, store_);
+    });
+  });
+}
+
+WholePush ReadWholePush(PushFrameReader* frames, const std::vector<TensorSpec>& model) {
+  WholePush push;
+  grpc::ByteBuffer buffer;
+  transport::WireMessage m;
+  GP_ENFORCE(frames->Read(&buffer), "push stream ended before its header");
+  transport::ParseMessage(&buffer, &m);
+  GP_ENFORCE(m.has_header && push.header.ParseFromString(m.header),
+             "push stream must start with a PushHeader");
+  GP_REFUSE(NotFound, Reason::kNotRegistered, !model.empty(), "worker '", push.header.worker_id(),
+            "' is not registered (no model yet)");
+  transport::PayloadAssembler assembler(model);
+  while (frames->Read(&buffer)) {
+    transport::ParseMessage(&buffer, &m);
+    GP_ENFORCE(m.has_chunk, "push stream has a second header");
+    assembler.Add(m.chunk, m.data);
   }
+  push.payloads = assembler.Finish();
+  return push;
 }
 
 PushPullResult ReadPushStream(ParameterStore* store, PushFrameReader* frames,
@@ -220,77 +208,74 @@ PushPullResult ReadPushStream(ParameterStore* store, PushFrameReader* frames,
   return session->Commit(wait);
 }
 
-PushPullResult ParameterService::StreamPush(grpc::ServerContext* ctx, RawStream* stream,
+PushPullResult ParameterService::StreamPush(const grpc::ServerContextBase& ctx, RawStream* stream,
                                             bool wait) {
-  struct Frames : PushFrameReader {
-    explicit Frames(RawStream* s) : stream(s) {}
-    bool Read(grpc::ByteBuffer* frame) override { return stream->Read(frame); }
-    RawStream* stream;
-  } frames(stream);
+  StreamFrames frames(stream);
   return ReadPushStream(store_, &frames, Deadline(ctx), wait);
 }
 
-grpc::Status ParameterService::RawPushPull(grpc::ServerContext* ctx, RawStream* stream) {
-  if (grpc::Status denied = Admit(*ctx); !denied.ok()) return denied;
-  try {
-    PushPullResult r = StreamPush(ctx, stream, /*wait=*/true);
-    WriteRawResult(stream, r.result, r.wait_ms, r.apply_ms + r.result->server_ms, store_);
-    return grpc::Status::OK;
-  } catch (...) {
-    return ToStatus(std::current_exception());
-  }
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ParameterService::PushPull(Ctx* ctx) {
+  return transport::ServeBidi(ctx, [this](Ctx* c, RawStream* stream) {
+    return Serve(*c, [&] {
+      PushPullResult r = StreamPush(*c, stream, /*wait=*/true);
+      WriteRawResult(stream, r.result, r.wait_ms, r.apply_ms + r.result->server_ms, store_);
+    });
+  });
 }
 
-grpc::Status ParameterService::RawPush(grpc::ServerContext* ctx, RawStream* stream) {
-  if (grpc::Status denied = Admit(*ctx); !denied.ok()) return denied;
-  try {
-    PushPullResult r = StreamPush(ctx, stream, /*wait=*/false);
-    proto::PushReply reply;
-    reply.set_step(store_->step());
-    reply.set_duplicate(r.duplicate);
-    grpc::ByteBuffer buffer;
-    bool own = false;
-    GP_ENFORCE_AS(Internal,
-                  grpc::SerializationTraits<proto::PushReply>::Serialize(reply, &buffer, &own).ok(),
-                  "cannot serialize the reply");
-    GP_ENFORCE_AS(Unavailable, stream->Write(buffer), "client went away");
-    return grpc::Status::OK;
-  } catch (...) {
-    return ToStatus(std::current_exception());
-  }
+grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterService::Push(Ctx* ctx,
+                                                                  grpc::ByteBuffer* reply) {
+  return transport::ServeClientStream(ctx, reply, [this](Ctx* c, RawStream* stream) {
+    return Serve(*c, [&] {
+      PushPullResult r = StreamPush(*c, stream, /*wait=*/false);
+      proto::PushReply reply;
+      reply.set_step(store_->step());
+      reply.set_duplicate(r.duplicate);
+      WriteReply(stream, reply);
+    });
+  });
 }
 
-grpc::Status ParameterService::RawPull(grpc::ServerContext* ctx, RawStream* stream) {
-  if (grpc::Status denied = Admit(*ctx); !denied.ok()) return denied;
-  try {
-    proto::PullRequest req;
-    ParseRequest(stream, &req);
-    auto r = store_->Pull(Id(req.worker_id(), req.incarnation()), req.step(), Deadline(ctx),
-                          req.has_bucket() ? req.bucket() : -1);
-    WriteRawResult(stream, r, 0, r->server_ms, store_);
-    return grpc::Status::OK;
-  } catch (...) {
-    return ToStatus(std::current_exception());
-  }
+grpc::ServerWriteReactor<grpc::ByteBuffer>* ParameterService::Pull(
+    Ctx* ctx, const grpc::ByteBuffer* request) {
+  return transport::ServeServerStream(ctx, request, [this](Ctx* c, RawStream* stream) {
+    return Serve(*c, [&] {
+      proto::PullRequest req;
+      ReadRequest(stream, &req);
+      auto r = store_->Pull(Id(req.worker_id(), req.incarnation()), req.step(), Deadline(*c),
+                            req.has_bucket() ? req.bucket() : -1);
+      WriteRawResult(stream, r, 0, r->server_ms, store_);
+    });
+  });
+}
+
+grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterService::PublishWeights(
+    Ctx* ctx, grpc::ByteBuffer* reply) {
+  return transport::ServeClientStream(ctx, reply, [this](Ctx* c, RawStream* stream) {
+    return Serve(*c, [&] {
+      StreamFrames frames(stream);
+      const WholePush push = ReadWholePush(&frames, store_->model());
+      store_->PublishWeights(Id(push.header.worker_id(), push.header.incarnation()),
+                             push.header.step(), push.payloads);
+      proto::InitReply r;
+      r.set_accepted(true);
+      WriteReply(stream, r);
+    });
+  });
 }
 
 grpc::Status ParameterService::Heartbeat(grpc::ServerContext* ctx,
                                          const proto::HeartbeatRequest* req,
                                          proto::HeartbeatReply* reply) {
-  if (grpc::Status denied = Admit(*ctx); !denied.ok()) return denied;
-  try {
+  return Serve(*ctx, [&] {
     reply->set_server_step(store_->Heartbeat(Id(req->worker_id(), req->incarnation())));
     reply->set_live_workers(store_->Stats().live_workers);
-    return grpc::Status::OK;
-  } catch (...) {
-    return ToStatus(std::current_exception());
-  }
+  });
 }
 
 grpc::Status ParameterService::Stats(grpc::ServerContext* ctx, const proto::StatsRequest*,
                                      proto::StatsReply* reply) {
-  if (grpc::Status denied = Admit(*ctx); !denied.ok()) return denied;
-  try {
+  return Serve(*ctx, [&] {
     const StoreStats s = store_->Stats();
     reply->set_steps(s.steps);
     reply->set_bytes_in(s.bytes_in);
@@ -299,39 +284,17 @@ grpc::Status ParameterService::Stats(grpc::ServerContext* ctx, const proto::Stat
     for (const auto& [reason, n] : s.rejected) (*reply->mutable_rejected())[reason] = n;
     reply->set_mean_step_server_ms(s.mean_server_ms);
     reply->set_prometheus(s.Prometheus());
-    return grpc::Status::OK;
-  } catch (...) {
-    return ToStatus(std::current_exception());
-  }
+  });
 }
 
 grpc::Status ParameterService::Elect(grpc::ServerContext* ctx, const proto::ElectRequest* req,
                                      proto::ElectReply* reply) {
-  if (grpc::Status denied = Admit(*ctx); !denied.ok()) return denied;
-  try {
+  return Serve(*ctx, [&] {
     const auto [rank, score] = store_->Elect(Id(req->worker_id(), req->incarnation()), req->round(),
-                                             req->score(), Deadline(ctx));
+                                             req->score(), Deadline(*ctx));
     reply->set_best_rank(rank);
     reply->set_best_score(score);
-    return grpc::Status::OK;
-  } catch (...) {
-    return ToStatus(std::current_exception());
-  }
-}
-
-grpc::Status ParameterService::PublishWeights(grpc::ServerContext* ctx,
-                                              grpc::ServerReader<proto::PushMessage>* reader,
-                                              proto::InitReply* reply) {
-  if (grpc::Status denied = Admit(*ctx); !denied.ok()) return denied;
-  try {
-    ReceivedPush push = ReadPush(reader, store_->model());
-    store_->PublishWeights(Id(push.header.worker_id(), push.header.incarnation()),
-                           push.header.step(), push.payloads);
-    reply->set_accepted(true);
-    return grpc::Status::OK;
-  } catch (...) {
-    return ToStatus(std::current_exception());
-  }
+  });
 }
 
 }  // namespace gradpress::server

@@ -1,8 +1,9 @@
 #pragma once
 // ParameterService: the thin gRPC adapter over ParameterStore. Handlers only translate:
-// proto -> store call -> proto. Payloads arrive and leave as 2 MiB chunks
-// (transport/chunks.h, transport/wire.h); every exception becomes a grpc::Status here and nowhere
-// else (transport/status.h), so bad input never takes the daemon down.
+// proto -> store call -> proto. Payloads arrive and leave as 2 MiB chunks framed on raw
+// byte buffers (transport/wire.h), the one wire path of every tensor method; every exception
+// becomes a grpc::Status in Serve and nowhere else (transport/status.h), so bad input never
+// takes the daemon down.
 //
 //   ParameterStore store(opts);  ParameterService service(&store, /*deadline_s=*/120);
 //   builder.RegisterService(&service);
@@ -15,8 +16,8 @@
 // store's state. The grpc.health.v1 service is not behind the gate: probes send no metadata.
 //
 // Thread-safety: gRPC calls handlers concurrently; the store is thread-safe.
+#include <grpcpp/server_context.h>
 #include <grpcpp/support/byte_buffer.h>
-#include <grpcpp/support/sync_stream.h>
 
 #include <atomic>
 #include <memory>
@@ -25,6 +26,7 @@
 #include "proto/gradpress.grpc.pb.h"
 #include "server/parameter_store.h"
 #include "transport/fault_injection.h"
+#include "transport/raw_server.h"
 
 namespace gradpress::server {
 
@@ -43,13 +45,33 @@ class PushFrameReader {
 PushPullResult ReadPushStream(ParameterStore* store, PushFrameReader* frames,
                               Clock::time_point deadline, bool wait);
 
+// A whole push (InitWeights, PublishWeights): a PushHeader, then chunks until the stream
+// ends, reassembled per key of `model` (transport/chunks.h). Throws InvalidArgument for a
+// malformed stream, NotFound (not_registered) while the server has no model.
+struct WholePush {
+  proto::PushHeader header;
+  std::vector<KeyPayload> payloads;
+};
+WholePush ReadWholePush(PushFrameReader* frames, const std::vector<TensorSpec>& model);
+
 // What the gate checks: a bearer token ("" = none) and the server-side injected faults.
 struct ServiceGate {
   std::string token;
   transport::FaultOptions faults;
 };
 
-class ParameterService final : public proto::ParameterServer::Service {
+// The generated service with its six tensor methods bound as raw callback methods: their
+// messages are grpc::ByteBuffers (transport/wire.h), read and written by blocking handlers
+// (transport/raw_server.h). The four small unary methods stay the generated sync ones.
+using RawParameterServer = proto::ParameterServer::WithRawCallbackMethod_InitWeights<
+    proto::ParameterServer::WithRawCallbackMethod_PullWeights<
+        proto::ParameterServer::WithRawCallbackMethod_PushPull<
+            proto::ParameterServer::WithRawCallbackMethod_Push<
+                proto::ParameterServer::WithRawCallbackMethod_Pull<
+                    proto::ParameterServer::WithRawCallbackMethod_PublishWeights<
+                        proto::ParameterServer::Service>>>>>>;
+
+class ParameterService final : public RawParameterServer {
  public:
   // deadline_s bounds how long a push waits at the barrier (the client's deadline, if
   // earlier, wins).
@@ -57,36 +79,38 @@ class ParameterService final : public proto::ParameterServer::Service {
 
   grpc::Status Register(grpc::ServerContext* ctx, const proto::RegisterRequest* req,
                         proto::RegisterReply* reply) override;
-  grpc::Status InitWeights(grpc::ServerContext* ctx, grpc::ServerReader<proto::PushMessage>* reader,
-                           proto::InitReply* reply) override;
-  grpc::Status PullWeights(grpc::ServerContext* ctx, const proto::PullRequest* req,
-                           grpc::ServerWriter<proto::PullMessage>* writer) override;
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const proto::HeartbeatRequest* req,
                          proto::HeartbeatReply* reply) override;
   grpc::Status Stats(grpc::ServerContext* ctx, const proto::StatsRequest* req,
                      proto::StatsReply* reply) override;
   grpc::Status Elect(grpc::ServerContext* ctx, const proto::ElectRequest* req,
                      proto::ElectReply* reply) override;
-  grpc::Status PublishWeights(grpc::ServerContext* ctx,
-                              grpc::ServerReader<proto::PushMessage>* reader,
-                              proto::InitReply* reply) override;
 
-  // PushPull, Push and Pull carry the tensors: they are served on raw byte buffers
-  // (transport/wire.h), the same bytes as their protobuf messages. Pushes stream into the
-  // store piece by piece (ParameterStore::BeginPush) as views of the received slices; results
-  // are written as views of the step's result, which the slices keep alive. No copy of
-  // tensor bytes in user space on either path.
-  using RawStream = grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
+  // The tensor methods. Pushes stream into the store piece by piece (ParameterStore::BeginPush)
+  // as views of the received slices; results are written as views of the step's result,
+  // which the slices keep alive. No copy of tensor bytes in user space on the step's path.
+  using Ctx = grpc::CallbackServerContext;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* InitWeights(Ctx* ctx,
+                                                         grpc::ByteBuffer* reply) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* PullWeights(Ctx* ctx,
+                                                          const grpc::ByteBuffer* req) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PushPull(Ctx* ctx) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Push(Ctx* ctx, grpc::ByteBuffer* reply) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Pull(Ctx* ctx, const grpc::ByteBuffer* req) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* PublishWeights(Ctx* ctx,
+                                                            grpc::ByteBuffer* reply) override;
 
  private:
-  grpc::Status RawPushPull(grpc::ServerContext* ctx, RawStream* stream);
-  grpc::Status RawPush(grpc::ServerContext* ctx, RawStream* stream);
-  grpc::Status RawPull(grpc::ServerContext* ctx, RawStream* stream);
+  // Every handler's frame: the gate, then `body`; any exception becomes the call's status
+  // (transport/status.h). The one place errors are mapped.
+  template <typename Fn>
+  grpc::Status Serve(const grpc::ServerContextBase& ctx, Fn&& body);
   // Reads a push stream into the store; the session's Commit(wait) result.
-  PushPullResult StreamPush(grpc::ServerContext* ctx, RawStream* stream, bool wait);
-  Clock::time_point Deadline(const grpc::ServerContext* ctx) const;
+  PushPullResult StreamPush(const grpc::ServerContextBase& ctx, transport::RawStream* stream,
+                            bool wait);
+  Clock::time_point Deadline(const grpc::ServerContextBase& ctx) const;
   // The token check and the injected server faults, before any handler's work.
-  grpc::Status Admit(const grpc::ServerContext& ctx);
+  grpc::Status Admit(const grpc::ServerContextBase& ctx);
   ParameterStore* store_;
   double deadline_s_;
   const std::string token_;

@@ -7,32 +7,17 @@
 
 namespace gradpress::transport {
 
-void ForEachChunk(const KeyPayload& kp, const std::function<void(proto::TensorChunk&&)>& emit,
-                  size_t chunk_bytes) {
-  const std::string& bytes = kp.payload.bytes;
-  size_t offset = 0;
-  do {
-    proto::TensorChunk c;
-    c.set_key(kp.key);
-    c.set_codec(kp.payload.codec);
-    for (int64_t d : kp.payload.shape) c.add_shape(d);
-    c.set_dtype(static_cast<uint32_t>(kp.payload.dtype));
-    c.set_total_bytes(bytes.size());
-    c.set_offset(offset);
-    const size_t n = std::min(chunk_bytes, bytes.size() - offset);
-    c.set_data(bytes.data() + offset, n);
-    offset += n;
-    emit(std::move(c));
-  } while (offset < bytes.size());
-}
-
 uint64_t MaxPayloadBytes(int64_t numel) { return 8 * static_cast<uint64_t>(numel) + 4096; }
 
 PayloadAssembler::PayloadAssembler(const std::vector<TensorSpec>& model) {
   for (const auto& s : model) specs_[s.key] = &s;
 }
 
-void PayloadAssembler::Add(proto::TensorChunk* c) {
+void PayloadAssembler::Add(const proto::TensorChunk& meta,
+                           const std::vector<std::string_view>& data) {
+  const proto::TensorChunk* c = &meta;
+  size_t size = 0;
+  for (std::string_view v : data) size += v.size();
   const std::string& key = c->key();
   auto spec = specs_.find(key);
   GP_ENFORCE(spec != specs_.end(), "unknown key '", key, "'");
@@ -61,15 +46,9 @@ void PayloadAssembler::Add(proto::TensorChunk* c) {
                c->offset(), ", expected ", kp.payload.bytes.size());
   }
   std::string& bytes = out_[it->second].payload.bytes;
-  GP_ENFORCE(bytes.size() + c->data().size() <= total_[it->second], "key '", key,
+  GP_ENFORCE(bytes.size() + size <= total_[it->second], "key '", key,
              "': chunks exceed total_bytes ", total_[it->second]);
-  if (bytes.empty()) {
-    const uint64_t total = total_[it->second];
-    bytes = std::move(*c->mutable_data());
-    bytes.reserve(total);
-  } else {
-    bytes.append(c->data());
-  }
+  for (std::string_view v : data) bytes.append(v);
 }
 
 std::vector<KeyPayload> PayloadAssembler::Finish() {

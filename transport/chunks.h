@@ -3,14 +3,15 @@
 // kChunkBytes, and reassembled on the other side with every field checked. Shared by the
 // server's service adapter and the worker's client.
 //
-//   ForEachChunk(kp, [&](proto::TensorChunk&& c) { stream->Write(Wrap(c)); });
-//   PayloadAssembler a(limits);  a.Add(chunk) ...;  std::vector<KeyPayload> kps = a.Finish();
+//   PayloadAssembler a(model);  a.Add(m.chunk, m.data) ...;   // m: a transport::WireMessage
+//   std::vector<KeyPayload> kps = a.Finish();
+// (Senders frame payloads with transport/wire.h's ForEachFrame.)
 //
 // Thread-safety: values; one assembler per stream.
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compressors/compressor.h"
@@ -25,10 +26,6 @@ using compressors::TensorSpec;
 // chunks move 0.77 GB/s, 2 MiB 0.95 GB/s on loopback; 3 MiB no better).
 constexpr size_t kChunkBytes = 2 << 20;
 
-// Emits the chunks of one key's payload in offset order (one empty chunk for an empty one).
-void ForEachChunk(const KeyPayload& kp, const std::function<void(proto::TensorChunk&&)>& emit,
-                  size_t chunk_bytes = kChunkBytes);
-
 // Largest payload accepted for a key: what any codec may produce for it (8 bytes per
 // element plus headers), so a hostile total_bytes cannot make the receiver allocate more.
 uint64_t MaxPayloadBytes(int64_t numel);
@@ -40,7 +37,8 @@ class PayloadAssembler {
   // Throws InvalidArgument naming the key for: unknown key, shape or codec differing from
   // the key's first chunk, offset not where the previous chunk ended, size past total_bytes
   // or past MaxPayloadBytes.
-  void Add(proto::TensorChunk* chunk);  // moves the data out
+  // `data`: the chunk's data bytes, in order (views; copied).
+  void Add(const proto::TensorChunk& meta, const std::vector<std::string_view>& data);
   // Every started key complete; payloads in arrival order of their first chunk.
   std::vector<KeyPayload> Finish();
 

@@ -10,7 +10,13 @@ namespace {
 
 // Wire types of the protobuf encoding.
 constexpr int kVarint = 0, kFixed64 = 1, kLen = 2, kFixed32 = 5;
-constexpr int kHeaderField = 1, kChunkField = 2, kDataField = 7;
+// Field numbers from the generated code: PushMessage and PullMessage agree on them.
+constexpr int kHeaderField = proto::PushMessage::kHeaderFieldNumber;
+constexpr int kChunkField = proto::PushMessage::kChunkFieldNumber;
+constexpr int kDataField = proto::TensorChunk::kDataFieldNumber;
+static_assert(proto::PullMessage::kHeaderFieldNumber == kHeaderField &&
+                  proto::PullMessage::kChunkFieldNumber == kChunkField,
+              "PushMessage and PullMessage must number header and chunk alike");
 
 void PutVarint(uint64_t v, std::string* out) {
   while (v >= 0x80) {

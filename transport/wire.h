@@ -3,8 +3,8 @@
 // strings: the sender frames a chunk around its data (one copy into a gRPC slice, or none
 // for memory the slice may hold a reference to), the receiver reads the data as views of
 // the received slices. The bytes on the wire are exactly a serialized PushMessage or
-// PullMessage (`chunk` is field 2 of both, `header` field 1), so either end may still use
-// the generated protobuf types.
+// PullMessage (field numbers taken from the generated code), so either end may still use the
+// generated protobuf types.
 //
 //   grpc::ByteBuffer b = FrameChunk(meta, data, n);              // meta: TensorChunk, no data
 //   WireMessage m;  ParseMessage(&b, &m);                         // m.chunk, m.data (views)

@@ -19,10 +19,10 @@
 #include "compressors/momentum_correction.h"
 #include "compressors/registry.h"
 #include "proto/gradpress.grpc.pb.h"
-#include "transport/chunks.h"
+#include "transport/raw_client.h"
 #include "transport/status.h"
-#include "transport/wire.h"
 #include "worker/ps_client_internal.h"
+#include "worker/ps_client_wire.h"
 
 namespace gradpress::worker {
 
@@ -37,6 +37,7 @@ PsClient::PsClient(ClientOptions options) : ServerClient(std::move(options)), im
   impl_->security.Apply(&args);
   impl_->channel = grpc::CreateCustomChannel(opt_.server, impl_->security.credentials, args);
   impl_->stub = proto::ParameterServer::NewStub(impl_->channel);
+  impl_->raw = std::make_unique<grpc::GenericStub>(impl_->channel);
 }
 
 PsClient::~PsClient() = default;
@@ -100,19 +101,6 @@ RegisterInfo PsClient::Register(const std::vector<TensorSpec>& model,
 
 namespace {
 
-// The tensor methods on raw byte buffers (transport/wire.h): the same bytes as the generated
-// stub's messages, with tensor bytes framed straight from (and into) tensor memory.
-constexpr char kPushPullMethod[] = "/gradpress.proto.ParameterServer/PushPull";
-constexpr char kPushMethod[] = "/gradpress.proto.ParameterServer/Push";
-constexpr char kPullMethod[] = "/gradpress.proto.ParameterServer/Pull";
-
-// One key's push: a codec payload, or (an undecorated "none" codec) the tensor itself, whose
-// memory the gRPC slices then refer to: no copy before the kernel's.
-struct KeyPush {
-  KeyPayload payload;  // codec, shape, dtype; bytes unless `raw` is defined
-  torch::Tensor raw;   // CPU float32 contiguous
-};
-
 // Encodes the keys [begin, end) (a bucket; 0, n: the whole model).
 std::vector<KeyPush> EncodeAll(ServerClient& c, int64_t step,
                                const std::vector<torch::Tensor>& grads, StepStats* st, size_t begin,
@@ -137,146 +125,6 @@ std::vector<KeyPush> EncodeAll(ServerClient& c, int64_t step,
   return pushes;
 }
 
-// Writes every key's chunks; stops early (false) once the server has ended the call.
-template <typename Writer>
-bool WriteRawPush(Writer* writer, const std::vector<KeyPush>& pushes) {
-  for (const KeyPush& p : pushes) {
-    const compressors::Payload& payload = p.payload.payload;
-    const char* data =
-        p.raw.defined() ? static_cast<const char*>(p.raw.data_ptr()) : payload.bytes.data();
-    const size_t total = p.raw.defined() ? p.raw.numel() * sizeof(float) : payload.bytes.size();
-    std::shared_ptr<const void> keep;  // the tensor's storage, while gRPC holds its bytes
-    if (p.raw.defined()) keep = std::make_shared<torch::Tensor>(p.raw);
-    proto::TensorChunk meta;
-    meta.set_key(p.payload.key);
-    meta.set_codec(payload.codec);
-    for (int64_t d : payload.shape) meta.add_shape(d);
-    meta.set_dtype(static_cast<uint32_t>(payload.dtype));
-    if (!transport::ForEachFrame(meta, data, total, keep,
-                                 [&](grpc::ByteBuffer b) { return writer->Write(b); })) {
-      return false;  // the server ended the call; Finish() says why
-    }
-  }
-  return true;
-}
-
-grpc::ByteBuffer HeaderMessage(const ClientOptions& opt, int64_t step, int64_t base_step,
-                               std::optional<double> lr, int bucket = -1) {
-  proto::PushMessage msg;
-  FillHeader(opt, step, base_step, lr, &msg, bucket);
-  return transport::FrameHeader(msg.header());
-}
-
-// Reads a reply stream: a PullHeader, then chunks. "none" payloads for CPU float32
-// contiguous tensors are copied from the received slices straight into `out`; the others
-// are reassembled and decoded once the stream has ended (DecodeRest). Returns false if the
-// stream ended before its header (the status says why).
-struct ResultReader {
-  ServerClient& client;
-  const std::vector<TensorSpec>& model;
-  std::vector<torch::Tensor>* out;
-  size_t begin, end;                 // the keys expected (a bucket, or the whole model)
-  std::vector<TensorSpec> expected;  // model[begin, end): the assembler points into it
-  proto::PullHeader header;
-  std::vector<uint64_t> direct;  // per key: bytes copied into out (-1: not direct)
-  transport::PayloadAssembler assembler;
-  uint64_t bytes = 0;
-
-  ResultReader(ServerClient& c, std::vector<torch::Tensor>* o, size_t b, size_t e)
-      : client(c),
-        model(c.model()),
-        out(o),
-        begin(b),
-        end(e),
-        expected(model.begin() + b, model.begin() + e),
-        direct(model.size(), kNotDirect),
-        assembler(expected) {}
-  static constexpr uint64_t kNotDirect = ~uint64_t{0};
-
-  template <typename Reader>
-  bool Read(Reader* reader) {
-    grpc::ByteBuffer buffer;
-    transport::WireMessage m;
-    if (!reader->Read(&buffer)) return false;
-    transport::ParseMessage(&buffer, &m);
-    GP_ENFORCE(m.has_header && header.ParseFromString(m.header),
-               "reply stream must start with a PullHeader");
-    while (reader->Read(&buffer)) {
-      transport::ParseMessage(&buffer, &m);
-      GP_ENFORCE(m.has_chunk, "reply stream has a second header");
-      Chunk(&m);
-    }
-    return true;
-  }
-
-  void Chunk(transport::WireMessage* m) {
-    proto::TensorChunk& c = m->chunk;
-    size_t i = begin;
-    while (i < end && model[i].key != c.key()) ++i;
-    GP_ENFORCE(i < end, "server sent unknown key '", c.key(), "'");
-    torch::Tensor& o = (*out)[i];
-    const uint64_t size = static_cast<uint64_t>(o.numel()) * sizeof(float);
-    const bool can = client.Decoder(c.codec()).IsLossless() && o.device().is_cpu() &&
-                     o.scalar_type() == torch::kFloat32 && o.is_contiguous() &&
-                     c.total_bytes() == size &&
-                     std::vector<int64_t>(c.shape().begin(), c.shape().end()) == model[i].shape;
-    if (c.offset() == 0 && can) direct[i] = 0;
-    if (direct[i] == kNotDirect) {  // reassembled, decoded at the end
-      std::string data;
-      data.reserve(m->data_size);
-      for (std::string_view v : m->data) data.append(v);
-      c.set_data(std::move(data));
-      assembler.Add(&c);
-      return;
-    }
-    GP_ENFORCE(can && c.offset() == direct[i] && m->data_size <= size - direct[i],
-               "server sent key '", c.key(), "' out of order (offset ", c.offset(), ")");
-    char* dst = static_cast<char*>(o.data_ptr()) + direct[i];
-    for (std::string_view v : m->data) {
-      std::memcpy(dst, v.data(), v.size());
-      dst += v.size();
-    }
-    direct[i] += m->data_size;
-    bytes += m->data_size;
-  }
-
-  // Checks every key arrived whole and decodes the reassembled ones into out; decode ms.
-  double DecodeRest() {
-    Timer t;
-    std::vector<KeyPayload> rest = assembler.Finish();
-    size_t r = 0;
-    for (size_t i = begin; i < end; ++i) {
-      if (direct[i] != kNotDirect) {
-        GP_ENFORCE(direct[i] == static_cast<uint64_t>((*out)[i].numel()) * sizeof(float),
-                   "server sent ", direct[i], " bytes of key '", model[i].key, "'");
-        continue;
-      }
-      GP_ENFORCE(r < rest.size() && rest[r].key == model[i].key, "server sent no key '",
-                 model[i].key, "'");
-      const compressors::Payload& p = rest[r++].payload;
-      bytes += p.bytes.size();
-      GP_ENFORCE(p.shape == model[i].shape, "server sent key '", model[i].key, "' with shape ",
-                 ShapeToString(p.shape));
-      torch::Tensor& o = (*out)[i];
-      if (o.device().is_cpu() && o.scalar_type() == torch::kFloat32 && o.is_contiguous()) {
-        client.Decoder(p.codec).DecodeTo(p.bytes, o.numel(), o.data_ptr<float>());  // in place
-      } else {
-        torch::NoGradGuard no_grad;
-        o.copy_(client.Decoder(p.codec).Decode(p));
-      }
-    }
-    GP_ENFORCE(r == rest.size(), "server sent ", rest.size() - r, " extra keys");
-    return t.ElapsedMs();
-  }
-};
-
-void FillFromHeader(const proto::PullHeader& h, double rpc_ms, StepStats* st) {
-  st->wait_ms = h.wait_ms();
-  st->server_ms = h.server_ms();
-  st->server_step = h.step();
-  st->contributors = h.contributors();
-  st->network_ms = std::max(0.0, rpc_ms - st->wait_ms - st->server_ms);
-}
 }  // namespace
 
 StepStats PsClient::PushPull(int64_t step, const std::vector<torch::Tensor>& grads,
@@ -302,52 +150,42 @@ StepStats PsClient::Exchange(int64_t step, int64_t base_step, int bucket,
   const auto [begin, end] = Keys(bucket);
   const std::vector<KeyPush> pushes = EncodeAll(*this, step, grads, &st, begin, end);
   CheckTensors(*out, "PushPull output", begin, end);
-  const grpc::internal::RpcMethod method(kPushPullMethod, grpc::internal::RpcMethod::BIDI_STREAMING,
-                                         impl_->channel);
   Timer rpc;
   std::unique_ptr<ResultReader> got;
   WithRetry(
       *impl_, opt_, "PushPull",
       [&](grpc::ClientContext* ctx) {
-        std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
-            grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
-                impl_->channel.get(), method, ctx));
+        transport::RawCall call(impl_->raw.get(), transport::MethodPath("PushPull"), ctx);
         turn.Take();
-        if (stream->Write(HeaderMessage(opt_, step, base_step, server_lr_, bucket)))
-          WriteRawPush(stream.get(), pushes);
-        stream->WritesDone();
+        if (call.Write(HeaderMessage(opt_, step, base_step, server_lr_, bucket)))
+          WriteRawPush(&call, pushes);
+        call.WritesDone();
         turn.Give();  // the next bucket's push goes out while this one is completed and pulled
         got = std::make_unique<ResultReader>(*this, out, begin, end);
-        const bool ok = got->Read(stream.get());
-        transport::ThrowIfError(stream->Finish(), "PushPull");
-        GP_ENFORCE(ok && got->header.step() >= 0, "PushPull: server sent no result");
+        const bool ok = got->Read(&call);
+        transport::ThrowIfError(call.Finish(), "PushPull");
+        GP_ENFORCE(ok && got->header().step() >= 0, "PushPull: server sent no result");
         return 0;
       },
       &st.retries);
-  FillFromHeader(got->header, rpc.ElapsedMs(), &st);
+  FillFromHeader(got->header(), rpc.ElapsedMs(), &st);
   st.decode_ms = got->DecodeRest();
-  st.bytes_down = got->bytes;
+  st.bytes_down = got->bytes();
   return st;
 }
 
 StepStats PsClient::Push(int64_t step, const std::vector<torch::Tensor>& grads, int64_t base_step) {
   StepStats st;
   const std::vector<KeyPush> pushes = EncodeAll(*this, step, grads, &st, 0, model().size());
-  const grpc::internal::RpcMethod method(kPushMethod, grpc::internal::RpcMethod::CLIENT_STREAMING,
-                                         impl_->channel);
   Timer rpc;
   proto::PushReply reply = WithRetry(
       *impl_, opt_, "Push",
       [&](grpc::ClientContext* ctx) {
-        proto::PushReply r;
-        std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-            grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(impl_->channel.get(),
-                                                                          method, ctx, &r));
-        if (writer->Write(HeaderMessage(opt_, step, base_step, server_lr_)))
-          WriteRawPush(writer.get(), pushes);
-        writer->WritesDone();
-        transport::ThrowIfError(writer->Finish(), "Push");
-        return r;
+        transport::RawCall call(impl_->raw.get(), transport::MethodPath("Push"), ctx);
+        if (call.Write(HeaderMessage(opt_, step, base_step, server_lr_)))
+          WriteRawPush(&call, pushes);
+        call.WritesDone();
+        return ReadReply<proto::PushReply>(&call, "Push");
       },
       &st.retries);
   st.network_ms = rpc.ElapsedMs();
@@ -363,26 +201,24 @@ StepStats PsClient::Pull(std::vector<torch::Tensor>* out, int64_t step) {
   req.set_worker_id(opt_.worker_id);
   req.set_incarnation(opt_.incarnation);
   req.set_step(step);
-  const grpc::internal::RpcMethod method(kPullMethod, grpc::internal::RpcMethod::SERVER_STREAMING,
-                                         impl_->channel);
   Timer rpc;
   std::unique_ptr<ResultReader> got;
   WithRetry(
       *impl_, opt_, "Pull",
       [&](grpc::ClientContext* ctx) {
-        std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-            grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(impl_->channel.get(),
-                                                                          method, ctx, req));
+        transport::RawCall call(impl_->raw.get(), transport::MethodPath("Pull"), ctx);
+        call.Write(RequestMessage(req));
+        call.WritesDone();
         got = std::make_unique<ResultReader>(*this, out, 0, model().size());
-        const bool ok = got->Read(reader.get());
-        transport::ThrowIfError(reader->Finish(), "Pull");
+        const bool ok = got->Read(&call);
+        transport::ThrowIfError(call.Finish(), "Pull");
         GP_ENFORCE(ok, "Pull: server sent no result");
         return 0;
       },
       &st.retries);
-  FillFromHeader(got->header, rpc.ElapsedMs(), &st);
+  FillFromHeader(got->header(), rpc.ElapsedMs(), &st);
   st.decode_ms = got->DecodeRest();
-  st.bytes_down = got->bytes;
+  st.bytes_down = got->bytes();
   return st;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // PsClient's insides, shared by ps_client.cc (registration, the step RPCs) and
 // ps_client_state.cc (weights, elections, heartbeats, stats). Not part of the public API.
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
@@ -18,7 +19,6 @@
 #include "common/error.h"
 #include "common/shape.h"
 #include "proto/gradpress.grpc.pb.h"
-#include "transport/chunks.h"
 #include "transport/fault_injection.h"
 #include "transport/security.h"
 #include "worker/ps_client.h"
@@ -46,24 +46,9 @@ struct PsClient::Impl {
   std::unique_ptr<transport::FaultInjector> faults;  // null: none injected
   std::atomic<uint64_t> retries{0};
   std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<proto::ParameterServer::Stub> stub;
+  std::unique_ptr<proto::ParameterServer::Stub> stub;  // the unary methods
+  std::unique_ptr<grpc::GenericStub> raw;              // the tensor methods (raw_client.h)
 };
-
-// Reads a PullHeader and the chunks of a reply stream.
-template <typename Reader>
-std::vector<KeyPayload> ReadResult(Reader* reader, const std::vector<TensorSpec>& model,
-                                   proto::PullHeader* header) {
-  proto::PullMessage msg;
-  if (!reader->Read(&msg)) return {};  // the status says why
-  GP_ENFORCE(msg.has_header(), "reply stream must start with a PullHeader");
-  *header = msg.header();
-  transport::PayloadAssembler assembler(model);
-  while (reader->Read(&msg)) {
-    GP_ENFORCE(msg.has_chunk(), "reply stream has a second header");
-    assembler.Add(msg.mutable_chunk());
-  }
-  return assembler.Finish();
-}
 
 // A fresh context for one attempt: the deadline and the bearer token.
 inline void PrepareContext(const PsClient::Impl& impl, const ClientOptions& opt,
@@ -121,19 +106,6 @@ inline void FillHeader(const ClientOptions& opt, int64_t step, int64_t base_step
   h->set_step(step);
   h->set_base_step(base_step);
   if (lr) h->set_lr(*lr);
-}
-
-template <typename Writer>
-void WritePayloads(Writer* writer, const std::vector<KeyPayload>& payloads) {
-  for (const auto& kp : payloads) {
-    bool ok = true;
-    transport::ForEachChunk(kp, [&](proto::TensorChunk&& c) {
-      proto::PushMessage m;
-      *m.mutable_chunk() = std::move(c);
-      ok = ok && writer->Write(m);
-    });
-    if (!ok) return;  // the server ended the call; Finish() says why
-  }
 }
 
 }  // namespace gradpress::worker

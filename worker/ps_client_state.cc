@@ -6,26 +6,23 @@
 #include "common/timer.h"
 #include "transport/status.h"
 #include "worker/ps_client_internal.h"
+#include "worker/ps_client_wire.h"
 
 namespace gradpress::worker {
 
 // Streams lossless weights through InitWeights or PublishWeights; returns `accepted`.
 bool PsClient::UploadWeights(bool publish, int64_t round,
                              const std::vector<torch::Tensor>& params) {
-  CheckTensors(params, publish ? "PublishWeights" : "InitWeights");
-  const std::vector<KeyPayload> payloads = WeightPayloads(model(), params);
-  return WithRetry(
-      *impl_, opt_, publish ? "PublishWeights" : "InitWeights", [&](grpc::ClientContext* ctx) {
-        proto::InitReply reply;
-        auto writer = publish ? impl_->stub->PublishWeights(ctx, &reply)
-                              : impl_->stub->InitWeights(ctx, &reply);
-        proto::PushMessage header;
-        FillHeader(opt_, round, 0, std::nullopt, &header);
-        if (writer->Write(header)) WritePayloads(writer.get(), payloads);
-        writer->WritesDone();
-        transport::ThrowIfError(writer->Finish(), publish ? "PublishWeights" : "InitWeights");
-        return reply.accepted();
-      });
+  const char* what = publish ? "PublishWeights" : "InitWeights";
+  CheckTensors(params, what);
+  std::vector<KeyPush> pushes;
+  for (KeyPayload& kp : WeightPayloads(model(), params)) pushes.push_back({std::move(kp), {}});
+  return WithRetry(*impl_, opt_, what, [&](grpc::ClientContext* ctx) {
+    transport::RawCall call(impl_->raw.get(), transport::MethodPath(what), ctx);
+    if (call.Write(HeaderMessage(opt_, round, 0, std::nullopt))) WriteRawPush(&call, pushes);
+    call.WritesDone();
+    return ReadReply<proto::InitReply>(&call, what).accepted();
+  });
 }
 
 bool PsClient::InitOrPull(std::vector<torch::Tensor>* params) {
@@ -44,16 +41,18 @@ void PsClient::PullWeights(std::vector<torch::Tensor>* params, int64_t min_versi
   req.set_worker_id(opt_.worker_id);
   req.set_incarnation(opt_.incarnation);
   req.set_step(min_version);
-  std::vector<KeyPayload> got =
-      WithRetry(*impl_, opt_, "PullWeights", [&](grpc::ClientContext* ctx) {
-        auto reader = impl_->stub->PullWeights(ctx, req);
-        proto::PullHeader header;
-        auto payloads = ReadResult(reader.get(), model(), &header);
-        transport::ThrowIfError(reader->Finish(), "PullWeights");
-        return payloads;
-      });
-  uint64_t bytes = 0;
-  DecodeInto(got, params, &bytes);
+  std::unique_ptr<ResultReader> got;
+  WithRetry(*impl_, opt_, "PullWeights", [&](grpc::ClientContext* ctx) {
+    transport::RawCall call(impl_->raw.get(), transport::MethodPath("PullWeights"), ctx);
+    call.Write(RequestMessage(req));
+    call.WritesDone();
+    got = std::make_unique<ResultReader>(*this, params, 0, model().size());
+    const bool ok = got->Read(&call);
+    transport::ThrowIfError(call.Finish(), "PullWeights");
+    GP_ENFORCE(ok, "PullWeights: server sent no weights");
+    return 0;
+  });
+  got->DecodeRest();
 }
 
 std::pair<int, double> PsClient::Elect(int64_t round, double score) {

@@ -82,12 +82,16 @@ struct Cluster {
     m.mutable_header()->set_incarnation(incarnation);
     m.mutable_header()->set_step(step);
     stream->Write(m);
-    for (const auto& kp : payloads) {
-      transport::ForEachChunk(kp, [&](proto::TensorChunk&& c) {
-        proto::PushMessage cm;
-        *cm.mutable_chunk() = std::move(c);
-        stream->Write(cm);
-      });
+    for (const auto& kp : payloads) {  // one chunk per key: the generated types throughout
+      proto::PushMessage cm;
+      proto::TensorChunk* c = cm.mutable_chunk();
+      c->set_key(kp.key);
+      c->set_codec(kp.payload.codec);
+      for (int64_t d : kp.payload.shape) c->add_shape(d);
+      c->set_dtype(static_cast<uint32_t>(kp.payload.dtype));
+      c->set_total_bytes(kp.payload.bytes.size());
+      c->set_data(kp.payload.bytes);
+      stream->Write(cm);
     }
     stream->WritesDone();
     proto::PullMessage reply;

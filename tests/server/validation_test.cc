@@ -3,8 +3,10 @@
 #include <grpcpp/generic/generic_stub.h>
 
 #include <future>
+#include <map>
 
 #include "tests/server/cluster.h"
+#include "transport/status.h"
 
 namespace gradpress::testing {
 namespace {
@@ -189,6 +191,151 @@ TEST_CASE("a model larger than server.max_model_mb is refused before any allocat
                     Catch::Contains("server.max_model_mb"));
   CHECK(store.model().empty());
   CHECK(store.Register({"worker-0", 1}, Specs({{256, 1024}}), "").rank == 0);  // exactly 1 MB
+}
+
+}  // namespace
+}  // namespace gradpress::testing
+
+namespace gradpress::testing {
+namespace {
+
+// The server's tensor methods are raw callback methods; a client generated from the .proto
+// (typed messages, the protobuf library's own encoding) must still drive every one of them.
+struct TypedReply {
+  proto::PullHeader header;
+  std::map<std::string, std::string> data;  // key -> payload bytes, chunks joined
+};
+template <typename Reader>
+TypedReply ReadTyped(Reader* reader) {
+  TypedReply r;
+  proto::PullMessage m;
+  while (reader->Read(&m)) {
+    if (m.has_header()) r.header = m.header();
+    if (m.has_chunk()) r.data[m.chunk().key()] += m.chunk().data();
+  }
+  return r;
+}
+
+std::string Floats(const torch::Tensor& t) {
+  return std::string(static_cast<const char*>(t.data_ptr()), t.numel() * sizeof(float));
+}
+
+proto::PushMessage Header(int64_t step) {
+  proto::PushMessage m;
+  m.mutable_header()->set_worker_id("worker-0");
+  m.mutable_header()->set_incarnation(1);
+  m.mutable_header()->set_step(step);
+  return m;
+}
+
+template <typename Writer>
+void WriteTyped(Writer* w, const std::vector<compressors::KeyPayload>& payloads) {
+  for (const auto& kp : payloads) {
+    proto::PushMessage m;
+    proto::TensorChunk* c = m.mutable_chunk();
+    c->set_key(kp.key);
+    c->set_codec(kp.payload.codec);
+    for (int64_t d : kp.payload.shape) c->add_shape(d);
+    c->set_total_bytes(kp.payload.bytes.size());
+    c->set_data(kp.payload.bytes);
+    w->Write(m);
+  }
+}
+
+std::unique_ptr<grpc::ClientContext> Ctx() {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  return ctx;
+}
+
+TEST_CASE("a client generated from the .proto drives every tensor method", "[validation][wire]") {
+  server::StoreOptions o;
+  o.workers = 1;
+  Cluster c(o);
+  auto stub = proto::ParameterServer::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(c.port), grpc::InsecureChannelCredentials()));
+  proto::RegisterRequest reg;
+  reg.set_worker_id("worker-0");
+  reg.set_incarnation(1);
+  for (const auto& s : kSpecs) transport::ToProto(s, reg.add_model());
+  proto::RegisterReply rr;
+  REQUIRE(stub->Register(Ctx().get(), reg, &rr).ok());
+
+  const torch::Tensor w0 = torch::arange(64 * 32, torch::kFloat32).reshape({64, 32});
+  const torch::Tensor w1 = torch::full({10}, 0.5f);
+  proto::InitReply init;
+  {
+    auto ctx = Ctx();
+    auto writer = stub->InitWeights(ctx.get(), &init);
+    writer->Write(Header(0));
+    WriteTyped(writer.get(), {NonePayload("layer0", w0), NonePayload("layer1", w1)});
+    writer->WritesDone();
+    REQUIRE(writer->Finish().ok());
+  }
+  CHECK(init.accepted());
+
+  proto::PullRequest pull;
+  pull.set_worker_id("worker-0");
+  pull.set_incarnation(1);
+  {
+    auto ctx = Ctx();
+    auto reader = stub->PullWeights(ctx.get(), pull);
+    const TypedReply got = ReadTyped(reader.get());
+    REQUIRE(reader->Finish().ok());
+    CHECK(got.data.at("layer0") == Floats(w0));
+    CHECK(got.data.at("layer1") == Floats(w1));
+  }
+
+  // PushPull (method 3: gradients back), then Pull of that step and a Push of the next.
+  const grpc::Status s = c.RawPushPull("worker-0", 1, 0, Good());
+  REQUIRE(s.ok());
+  pull.set_step(0);
+  {
+    auto ctx = Ctx();
+    auto reader = stub->Pull(ctx.get(), pull);
+    const TypedReply got = ReadTyped(reader.get());
+    REQUIRE(reader->Finish().ok());
+    CHECK(got.header.step() == 0);  // the result of step 0
+    CHECK(got.header.contributors() == 1);
+    CHECK(got.data.at("layer0") == Floats(torch::ones({64, 32})));
+  }
+  proto::PushReply pushed;
+  {
+    auto ctx = Ctx();
+    auto writer = stub->Push(ctx.get(), &pushed);
+    writer->Write(Header(1));
+    WriteTyped(writer.get(), Good());
+    writer->WritesDone();
+    REQUIRE(writer->Finish().ok());
+  }
+  CHECK(pushed.step() == 2);
+  CHECK_FALSE(pushed.duplicate());
+  CHECK(c.runner.store().step() == 2);
+}
+
+TEST_CASE("a refusal names its reason in the status details, not the server's file:line",
+          "[validation]") {
+  OneWorker w;
+  const grpc::Status s = w.c.RawPushPull("stranger", 1, 0, Good());
+  CHECK(s.error_code() == grpc::StatusCode::NOT_FOUND);
+  CHECK(transport::ReasonOf(s) == Reason::kNotRegistered);
+  CHECK_THAT(s.error_message(), !Catch::Contains(".cc:"));
+  auto bad = Good();
+  bad[0].payload.codec = "qsgd";
+  CHECK(transport::ReasonOf(w.c.RawPushPull("worker-0", 1, 0, bad)) == Reason::kUndecodable);
+  // Through the worker's client: the Error it throws carries the reason.
+  auto newer = w.c.Client(0);
+  newer.incarnation = 2;
+  worker::PsClient restarted(newer);
+  restarted.Register(kSpecs);
+  auto out = Zeros(kSpecs);
+  Reason got = Reason::kUnspecified;
+  try {
+    w.client.PushPull(0, {torch::ones({64, 32}), torch::ones({10})}, &out);
+  } catch (const FailedPrecondition& e) {
+    got = e.reason();
+  }
+  CHECK(got == Reason::kSuperseded);
 }
 
 }  // namespace

@@ -1,0 +1,60 @@
+#pragma once
+// Blocking handlers for the generated raw callback methods. The tensor methods of the service
+// are bound through gRPC's generated `WithRawCallbackMethod_<Name>` templates (the method
+// index comes from the generated code, so reordering the .proto's rpcs cannot rebind them);
+// their messages are grpc::ByteBuffers framed by transport/wire.h. A callback reactor must
+// never block, while the store's calls do (a push waits at the step's barrier), so each call
+// runs its handler on a thread of its own and sees the call as a blocking stream:
+//
+//   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PushPull(
+//       grpc::CallbackServerContext* ctx) override {
+//     return transport::ServeBidi(ctx, [this](grpc::CallbackServerContext* c, RawStream* s) {
+//       ... s->Read(&frame) ... s->Write(frame) ...;  return grpc::Status::OK;
+//     });
+//   }
+//
+// Client streaming (one reply): the handler's first Write is the reply. Server streaming (one
+// request): the first Read returns the request, the next false. An exception escaping the
+// handler becomes a status through ToStatus (transport/status.h).
+// At most kMaxRawCalls handlers run at once; a call beyond that is answered UNAVAILABLE
+// ("server busy", reason timed_out: retry) without a thread.
+// Thread-safety: Read and Write are called from the handler's thread only.
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/server_callback.h>
+#include <grpcpp/support/status.h>
+
+#include <functional>
+
+namespace grpc {
+class CallbackServerContext;
+}
+
+namespace gradpress::transport {
+
+// One call's messages, seen from its handler's thread.
+class RawStream {
+ public:
+  virtual ~RawStream() = default;
+  // The next message from the client; false once the client has half-closed (or the call died).
+  virtual bool Read(grpc::ByteBuffer* msg) = 0;
+  // Sends a message (waits until gRPC has taken it); false once the call is dead.
+  virtual bool Write(const grpc::ByteBuffer& msg) = 0;
+};
+
+using RawHandler = std::function<grpc::Status(grpc::CallbackServerContext*, RawStream*)>;
+
+constexpr int kMaxRawCalls = 1024;
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ServeBidi(
+    grpc::CallbackServerContext* ctx, RawHandler handler);
+grpc::ServerReadReactor<grpc::ByteBuffer>* ServeClientStream(grpc::CallbackServerContext* ctx,
+                                                             grpc::ByteBuffer* reply,
+                                                             RawHandler handler);
+grpc::ServerWriteReactor<grpc::ByteBuffer>* ServeServerStream(grpc::CallbackServerContext* ctx,
+                                                              const grpc::ByteBuffer* request,
+                                                              RawHandler handler);
+
+// Handlers running now (for tests and the busy check).
+int RawCallsRunning();
+
+}  // namespace gradpress::transport
