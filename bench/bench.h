@@ -43,9 +43,6 @@ void AddTrainCommand(CLI::App& app);
 
 // Helpers shared by the subcommands (defined in codecs_bench.cc).
 
-// "topk ratio=0.01 then=qsgd levels=8": everything after a then= token is the quantizer's
-// spec; the rest goes through compressors::ParseCompressorSpec. Throws InvalidArgument.
-compressors::CompressorConfig ParseRowSpec(const std::string& spec);
 // Median of v (the mean of the middle two for an even size); v must not be empty.
 double Median(std::vector<double> v);
 // A JSON number (%.6g); null for NaN or infinity.

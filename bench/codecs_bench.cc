@@ -29,28 +29,7 @@
 
 namespace gradpress::bench {
 
-using compressors::CompressorConfig;
-
 // Shared helpers, declared in bench.h.
-
-CompressorConfig ParseRowSpec(const std::string& spec) {
-  std::istringstream is(spec);
-  std::string token, head, tail;
-  bool in_then = false;
-  while (is >> token) {
-    if (!in_then && token.rfind("then=", 0) == 0) {
-      in_then = true;
-      token = token.substr(5);
-      GP_ENFORCE(!token.empty(), "codec spec '", spec, "': then= needs a codec, e.g. then=qsgd");
-    }
-    (in_then ? tail : head) += token + " ";
-  }
-  CompressorConfig config = compressors::ParseCompressorSpec(head);
-  if (in_then) {
-    config.then = std::make_shared<CompressorConfig>(compressors::ParseCompressorSpec(tail));
-  }
-  return config;
-}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -105,29 +84,22 @@ struct Row {
   double decode_s = 0;
 };
 
-// The inverse of ParseRowSpec, without the codec name.
-std::string SpecParams(const CompressorConfig& config) {
-  std::string s;
-  auto add = [&s](const std::string& part) { s += (s.empty() ? "" : " ") + part; };
-  for (const auto& [key, value] : config.params) add(key + "=" + value);
-  if (config.error_feedback) add("error_feedback=true");
-  if (config.then) {
-    const std::string inner = SpecParams(*config.then);
-    add("then=" + config.then->codec + (inner.empty() ? "" : " " + inner));
-  }
-  return s;
+// The row's spec minus the codec name: "index_coding=int32", "" for defaults.
+std::string SpecParams(const CodecSpec& config) {
+  const std::string s = config.ToShorthand();
+  return s.size() > config.codec.size() ? s.substr(config.codec.size() + 1) : "";
 }
 
-std::vector<CompressorConfig> DefaultConfigs() {
-  std::vector<CompressorConfig> configs;
+std::vector<CodecSpec> DefaultConfigs() {
+  std::vector<CodecSpec> configs;
   for (const auto& name : compressors::RegisteredCompressorNames()) {
-    CompressorConfig c;
+    CodecSpec c;
     c.codec = name;
     configs.push_back(c);
   }
   for (const char* spec :
        {"topk index_coding=int32", "qsgd elias=false", "topk then=qsgd levels=16"}) {
-    configs.push_back(ParseRowSpec(spec));
+    configs.push_back(ParseCodecShorthand(spec));
   }
   return configs;
 }
@@ -247,8 +219,8 @@ void RunCodecs(const CodecsOptions& opt) {
   GP_ENFORCE(opt.repeats >= 5 && opt.repeats <= 1000,
              "--repeats must be in [5, 1000] (median of at least 5 runs), got ", opt.repeats);
   compressors::RegisterBuiltinCompressors();
-  std::vector<CompressorConfig> configs;
-  for (const auto& spec : opt.specs) configs.push_back(ParseRowSpec(spec));
+  std::vector<CodecSpec> configs;
+  for (const auto& spec : opt.specs) configs.push_back(ParseCodecShorthand(spec));
   if (configs.empty()) configs = DefaultConfigs();
   // Build every codec before measuring anything, so a bad spec fails fast.
   std::vector<std::unique_ptr<Compressor>> codecs;

@@ -51,7 +51,6 @@ namespace gradpress::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using compressors::CompressorConfig;
 using compressors::TensorSpec;
 
 constexpr uint64_t kSeed = 20240601;
@@ -70,7 +69,7 @@ struct TransportOptions {
 };
 
 struct Row {
-  std::string codec;  // CompressorConfig::ToString(): "none", "topk(ratio=0.01)+qsgd(...)+ef"
+  std::string codec;  // CodecSpec::ToString(): "none", "topk(ratio=0.01)+qsgd(...)+ef"
   double push_s = 0, pull_s = 0, step_s = 0;  // medians
   double rss_mb = 0, base_rss_mb = 0;         // server VmHWM; VmRSS before any worker
   double bytes_up = 0, bytes_down = 0;        // per worker per step
@@ -121,18 +120,7 @@ std::vector<torch::Tensor> Split(const torch::Tensor& flat, const std::vector<Te
 
 // The server's config for a row: its codec as the pull codec (every tensor compressed),
 // W workers, the bench's deadline as RPC deadline and worker timeout.
-void EmitCodec(YAML::Emitter& e, const CompressorConfig& c) {
-  e << YAML::BeginMap << YAML::Key << "codec" << YAML::Value << c.codec;
-  for (const auto& [key, value] : c.params) e << YAML::Key << key << YAML::Value << value;
-  if (c.error_feedback) e << YAML::Key << "error_feedback" << YAML::Value << true;
-  if (c.then) {
-    e << YAML::Key << "then" << YAML::Value;
-    EmitCodec(e, *c.then);
-  }
-  e << YAML::EndMap;
-}
-
-std::string ServerConfigYaml(const CompressorConfig& c, int workers, int threads) {
+std::string ServerConfigYaml(const CodecSpec& c, int workers, int threads) {
   YAML::Emitter e;
   e << YAML::BeginMap;
   e << YAML::Key << "name" << YAML::Value << "bench-transport";
@@ -144,12 +132,12 @@ std::string ServerConfigYaml(const CompressorConfig& c, int workers, int threads
     << YAML::Value << threads << YAML::Key << "worker_timeout_s" << YAML::Value << kRpcDeadlineS
     << YAML::Key << "deadline_s" << YAML::Value << kRpcDeadlineS << YAML::EndMap;
   e << YAML::Key << "pull" << YAML::Value;
-  EmitCodec(e, c);
+  EmitCodecSpec(e, c);
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }
 
-Row RunCodec(const TransportOptions& opt, const std::string& spec, const CompressorConfig& config,
+Row RunCodec(const TransportOptions& opt, const std::string& spec, const CodecSpec& config,
              const std::string& port_file, const std::vector<std::vector<torch::Tensor>>& grads) {
   const int W = opt.workers, S = opt.steps;
   const std::string config_file = port_file + ".yaml";
@@ -302,9 +290,9 @@ void RunTransport(const TransportOptions& opt) {
   compressors::RegisterBuiltinCompressors();
   const std::vector<std::string> specs =
       opt.specs.empty() ? std::vector<std::string>{"none", kMethod5} : opt.specs;
-  std::vector<CompressorConfig> configs;
+  std::vector<CodecSpec> configs;
   for (const auto& spec : specs) {
-    configs.push_back(ParseRowSpec(spec));
+    configs.push_back(ParseCodecShorthand(spec));
     compressors::MakeCompressor(configs.back());  // a bad spec fails before anything runs
   }
   if (opt.steps < kMinReportSteps) {

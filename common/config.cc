@@ -16,6 +16,7 @@
 #include "common/config_schema.h"
 #include "common/error.h"
 #include "common/strings.h"
+#include "common/yaml_source.h"
 
 namespace gradpress {
 namespace {
@@ -31,99 +32,24 @@ std::string Unquote(const std::string& raw) {
   return s;
 }
 
-// Where YAML came from: a file ("config.yaml:7") or one override ("--set push={...}").
-struct Source {
-  std::string name;
-  bool is_override = false;
-
-  std::string At(const YAML::Node& node) const {
-    return is_override ? name : name + ":" + std::to_string(node.Mark().line + 1);
-  }
-  // "config.yaml:9: train.lr", or the override itself, which already names the key.
-  std::string AtKey(const YAML::Node& node, const std::string& key) const {
-    return is_override ? name : At(node) + ": " + key;
-  }
-};
-
-std::string Describe(const YAML::Node& node) {
-  if (node.IsMap()) return "a mapping";
-  if (node.IsSequence()) return "a list";
-  if (node.IsScalar()) return "'" + node.Scalar() + "'";
-  return "nothing";
-}
-
-std::string ScalarOf(const YAML::Node& value, const std::string& where) {
-  if (!value.IsScalar()) {
-    throw InvalidArgument(where + ": expected a value, got " + Describe(value));
-  }
-  return value.Scalar();
-}
-
-// The dotted key of a mapping entry; a repeated key is an error, never a silent overwrite.
-std::string FullKey(const YAML::Node& key_node, const std::string& prefix, const Source& src,
-                    std::set<std::string>* seen) {
-  if (!key_node.IsScalar()) throw InvalidArgument(src.At(key_node) + ": keys must be names");
-  const std::string key = prefix.empty() ? key_node.Scalar() : prefix + "." + key_node.Scalar();
-  if (!seen->insert(key).second) {
-    throw InvalidArgument(src.At(key_node) + ": duplicate key '" + key + "'");
-  }
-  return key;
-}
-
-// A codec block: a mapping, or a bare codec name as shorthand for {codec: name}.
-CodecSpec ParseCodecNode(const YAML::Node& node, const std::string& key, const Source& src) {
-  CodecSpec spec;
-  spec.line = src.is_override ? 0 : node.Mark().line + 1;
-  if (node.IsScalar()) {
-    spec.codec = node.Scalar();
-  } else if (node.IsMap()) {
-    spec.codec.clear();
-    std::set<std::string> seen;
-    for (const auto& kv : node) {
-      const std::string full = FullKey(kv.first, key, src, &seen);
-      const std::string name = kv.first.Scalar();
-      const std::string where = src.AtKey(kv.second, full);
-      if (name == "then") {
-        spec.then = kv.second.IsNull()
-                        ? nullptr
-                        : std::make_shared<CodecSpec>(ParseCodecNode(kv.second, full, src));
-      } else if (name == "codec") {
-        spec.codec = ScalarOf(kv.second, where);
-      } else if (name == "error_feedback") {
-        spec.error_feedback = detail::ParseBoolValue(ScalarOf(kv.second, where), where);
-      } else {
-        spec.params[name] = ScalarOf(kv.second, where);
-      }
-    }
-  } else {
-    throw InvalidArgument(src.AtKey(node, key) +
-                          ": expected a codec block like {codec: qsgd, levels: 16}, got " +
-                          Describe(node));
-  }
-  if (Trim(spec.codec).empty()) {
-    throw InvalidArgument(src.AtKey(node, key) + ": missing 'codec' (e.g. codec: topk)");
-  }
-  return spec;
-}
-
 void ApplyMap(const YAML::Node& map, const std::string& prefix, std::vector<ConfigField>& fields,
-              const Source& src) {
+              const YamlSource& src) {
   std::set<std::string> seen;
   for (const auto& kv : map) {
-    const std::string key = FullKey(kv.first, prefix, src, &seen);
+    const std::string key = YamlKey(kv.first, prefix, src, &seen);
     const YAML::Node& value = kv.second;
     if (ConfigField* f = detail::FindField(fields, key)) {
       if (f->codec) {
-        *f->codec = ParseCodecNode(value, key, src);
+        *f->codec = ParseCodecSpec(value, key, src);
       } else {
         const std::string where = src.AtKey(value, key);
-        f->set(ScalarOf(value, where), where);
+        f->set(YamlScalar(value, where), where);
       }
     } else if (detail::IsSection(fields, key)) {
       if (value.IsNull()) continue;  // "train:" with nothing under it
       if (!value.IsMap()) {
         throw InvalidArgument(src.AtKey(value, key) + ": expected a mapping like " + key +
-                              ": {...}, got " + Describe(value));
+                              ": {...}, got " + DescribeYaml(value));
       }
       ApplyMap(value, key, fields, src);
     } else {
@@ -132,7 +58,7 @@ void ApplyMap(const YAML::Node& map, const std::string& prefix, std::vector<Conf
   }
 }
 
-YAML::Node LoadOverrideValue(const std::string& value, const Source& src) {
+YAML::Node LoadOverrideValue(const std::string& value, const YamlSource& src) {
   try {
     return YAML::Load(value);
   } catch (const YAML::Exception& e) {
@@ -142,7 +68,7 @@ YAML::Node LoadOverrideValue(const std::string& value, const Source& src) {
 
 // `rest` is what follows "push.": "ratio", "then.levels", "codec", "error_feedback", "then".
 void ApplyCodecOverride(CodecSpec* spec, std::string rest, const std::string& key,
-                        const std::string& value, const Source& src) {
+                        const std::string& value, const YamlSource& src) {
   while (rest.compare(0, 5, "then.") == 0) {
     if (!spec->then) {
       spec->then = std::make_shared<CodecSpec>();
@@ -158,7 +84,7 @@ void ApplyCodecOverride(CodecSpec* spec, std::string rest, const std::string& ke
   } else if (rest == "then") {
     const YAML::Node node = LoadOverrideValue(value, src);
     spec->then =
-        node.IsNull() ? nullptr : std::make_shared<CodecSpec>(ParseCodecNode(node, key, src));
+        node.IsNull() ? nullptr : std::make_shared<CodecSpec>(ParseCodecSpec(node, key, src));
   } else if (rest.empty() || rest.find('.') != std::string::npos) {
     throw InvalidArgument(src.name + ": '" + key + "' is not a codec key or parameter");
   } else {
@@ -167,14 +93,14 @@ void ApplyCodecOverride(CodecSpec* spec, std::string rest, const std::string& ke
 }
 
 void ApplyOverride(const std::string& text, std::vector<ConfigField>& fields) {
-  const Source src{"--set " + text, true};
+  const YamlSource src{"--set " + text, true};
   const auto eq = text.find('=');
   const std::string key = eq == std::string::npos ? "" : Trim(text.substr(0, eq));
   if (key.empty()) throw InvalidArgument(src.name + ": expected key=value (e.g. train.lr=0.05)");
   const std::string value = text.substr(eq + 1);
   if (ConfigField* f = detail::FindField(fields, key)) {
     if (f->codec) {
-      *f->codec = ParseCodecNode(LoadOverrideValue(value, src), key, src);
+      *f->codec = ParseCodecSpec(LoadOverrideValue(value, src), key, src);
     } else {
       f->set(Unquote(value), src.name);
     }
@@ -193,17 +119,6 @@ void ApplyOverride(const std::string& text, std::vector<ConfigField>& fields) {
   throw InvalidArgument(src.name + ": " + detail::UnknownKeyMessage(fields, key));
 }
 
-void EmitCodec(YAML::Emitter& out, const CodecSpec& spec) {
-  out << YAML::Flow << YAML::BeginMap << YAML::Key << "codec" << YAML::Value << spec.codec;
-  for (const auto& [k, v] : spec.params) out << YAML::Key << k << YAML::Value << v;
-  if (spec.then) {
-    out << YAML::Key << "then" << YAML::Value;
-    EmitCodec(out, *spec.then);
-  }
-  if (spec.error_feedback) out << YAML::Key << "error_feedback" << YAML::Value << true;
-  out << YAML::EndMap;
-}
-
 // The first of `names` that is set and non-empty: {name, value}.
 std::optional<std::pair<std::string, std::string>> FirstEnv(std::vector<const char*> names) {
   for (const char* name : names) {
@@ -215,14 +130,6 @@ std::optional<std::pair<std::string, std::string>> FirstEnv(std::vector<const ch
 
 }  // namespace
 
-bool operator==(const CodecSpec& a, const CodecSpec& b) {
-  if (a.codec != b.codec || a.params != b.params || a.error_feedback != b.error_feedback) {
-    return false;
-  }
-  if (!a.then || !b.then) return !a.then && !b.then;
-  return *a.then == *b.then;
-}
-bool operator!=(const CodecSpec& a, const CodecSpec& b) { return !(a == b); }
 bool operator==(const Config& a, const Config& b) { return ToYaml(a) == ToYaml(b); }
 bool operator!=(const Config& a, const Config& b) { return !(a == b); }
 
@@ -242,9 +149,9 @@ Config ParseConfig(const std::string& yaml_text, const std::string& source_name,
   if (!root.IsNull()) {  // an empty file means all defaults
     if (!root.IsMap()) {
       throw InvalidArgument(source_name + ": expected a mapping of keys at the top, got " +
-                            Describe(root));
+                            DescribeYaml(root));
     }
-    ApplyMap(root, "", fields, Source{source_name});
+    ApplyMap(root, "", fields, YamlSource{source_name});
   }
   for (const auto& o : overrides) ApplyOverride(o, fields);
   detail::ValidateConfig(config);
@@ -280,7 +187,7 @@ std::string ToYaml(const Config& config) {
     }
     out << YAML::Key << f.key.substr(dot == std::string::npos ? 0 : dot + 1) << YAML::Value;
     if (f.codec) {
-      EmitCodec(out, *f.codec);
+      EmitCodecSpec(out, *f.codec);
     } else {
       out << f.get();
     }

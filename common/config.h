@@ -10,8 +10,8 @@
 //   config.yaml:7: unknown key 'train.learning_rate'; did you mean 'train.lr'?
 //   config.yaml:9: train.lr: expected a number >= 0, got 'abc'
 //   --set sync.mode=lazy: 'lazy' is not one of sync, async
-// The codec blocks (push, pull) are kept as CodecSpec trees: their parameters are checked by
-// the codec factory (compressors::FromCodecSpec, then MakeCompressor), not here.
+// The codec blocks (push, pull) are kept as CodecSpec trees (common/codec_spec.h): their
+// parameters are checked by the codec factory (compressors::MakeCompressor), not here.
 // Thread-safety: plain values; ResolveIdentity reads the environment.
 #include <map>
 #include <memory>
@@ -19,20 +19,9 @@
 #include <string>
 #include <vector>
 
-namespace gradpress {
+#include "common/codec_spec.h"
 
-// A `push:` / `pull:` block: {codec: topk, ratio: 0.01, then: {codec: qsgd}, error_feedback: true}.
-struct CodecSpec {
-  std::string codec = "none";
-  std::map<std::string, std::string> params;  // every other key, as its YAML scalar text
-  bool error_feedback = false;
-  std::shared_ptr<CodecSpec> then;  // quantizer of a sparsifier's values, or null; copies of a
-                                    // CodecSpec share it: replace it, never edit it in place
-  int line = 0;                     // 1-based line of the block in its file; 0 if none
-};
-// Deep comparison of codec, params, error_feedback and then; `line` is ignored.
-bool operator==(const CodecSpec& a, const CodecSpec& b);
-bool operator!=(const CodecSpec& a, const CodecSpec& b);
+namespace gradpress {
 
 struct DatasetConfig {
   std::string name = "fashion-mnist";  // fashion-mnist | mnist | cifar10 | synthetic

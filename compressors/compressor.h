@@ -3,7 +3,7 @@
 // and back. Codecs are stateless apart from a seeded RNG; state carried across steps lives
 // in decorators (ErrorFeedback), one instance per key and per side.
 //
-//   auto c = MakeCompressor(ParseCompressorConfig(YAML::Load("{codec: qsgd, levels: 16}")));
+//   auto c = MakeCompressor(ParseCodecShorthand("qsgd levels=16"));
 //   Payload p = c->Encode(grad, {"conv1.weight", step});   // any device, any float dtype
 //   torch::Tensor g = c->Decode(p);                          // CPU tensor, p.shape, p.dtype
 //

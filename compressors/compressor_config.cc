@@ -1,89 +1,11 @@
 #include "compressors/compressor_config.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <cerrno>
 #include <cstdlib>
-#include <sstream>
 
 #include "common/error.h"
 
 namespace gradpress::compressors {
-
-std::string CompressorConfig::ToString() const {
-  std::ostringstream os;
-  os << codec;
-  if (!params.empty()) {
-    os << "(";
-    bool first = true;
-    for (const auto& [k, v] : params) {
-      os << (first ? "" : ",") << k << "=" << v;
-      first = false;
-    }
-    os << ")";
-  }
-  if (then) os << "+" << then->ToString();
-  if (error_feedback) os << "+ef";
-  return os.str();
-}
-
-CompressorConfig ParseCompressorConfig(const YAML::Node& node, const std::string& where) {
-  GP_ENFORCE(node.IsMap(), where, ": a codec is a mapping like {codec: qsgd, levels: 16}");
-  CompressorConfig c;
-  bool has_codec = false;
-  for (const auto& kv : node) {
-    const std::string key = kv.first.as<std::string>();
-    const YAML::Node& v = kv.second;
-    const std::string at = where + "." + key + " (line " + std::to_string(v.Mark().line + 1) + ")";
-    if (key == "then") {
-      c.then = std::make_shared<CompressorConfig>(ParseCompressorConfig(v, where + ".then"));
-      continue;
-    }
-    GP_ENFORCE(v.IsScalar(), at, ": expected a scalar value");
-    if (key == "codec") {
-      c.codec = v.Scalar();
-      has_codec = true;
-    } else if (key == "error_feedback") {
-      try {
-        c.error_feedback = v.as<bool>();
-      } catch (const YAML::Exception&) {
-        throw InvalidArgument(at + ": expected true or false, got '" + v.Scalar() + "'");
-      }
-    } else {
-      c.params[key] = v.Scalar();
-    }
-  }
-  GP_ENFORCE(has_codec, where, ": missing 'codec' (e.g. codec: topk)");
-  return c;
-}
-
-CompressorConfig ParseCompressorSpec(const std::string& spec) {
-  std::istringstream is(spec);
-  CompressorConfig c;
-  GP_ENFORCE(static_cast<bool>(is >> c.codec), "empty codec spec");
-  std::string kv;
-  while (is >> kv) {
-    const auto eq = kv.find('=');
-    GP_ENFORCE(eq != std::string::npos && eq > 0, "codec spec '", spec,
-               "': expected key=value, got '", kv, "'");
-    const std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
-    if (key == "error_feedback") {
-      c.error_feedback = value == "true" || value == "1";
-    } else {
-      c.params[key] = value;
-    }
-  }
-  return c;
-}
-
-CompressorConfig FromCodecSpec(const CodecSpec& spec) {
-  CompressorConfig c;
-  c.codec = spec.codec;
-  c.params = spec.params;
-  c.error_feedback = spec.error_feedback;
-  if (spec.then) c.then = std::make_shared<CompressorConfig>(FromCodecSpec(*spec.then));
-  return c;
-}
 
 bool TravelsCompressed(const std::vector<int64_t>& shape, int64_t min_numel, bool skip_1d) {
   int64_t n = 1;

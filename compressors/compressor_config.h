@@ -1,47 +1,21 @@
 #pragma once
-// What a YAML `push:` or `pull:` block says about a codec, and a reader that codec
-// factories use to take their parameters with defaults, types and ranges checked.
+// How codec factories read a CodecSpec (common/codec_spec.h: the one description of a codec,
+// from YAML or shorthand): their parameters with defaults, types and ranges checked.
 //
-//   {codec: topk, ratio: 0.01, then: {codec: qsgd, levels: 16}, error_feedback: true}
-//
-//   CompressorConfig c = ParseCompressorConfig(node);      // from yaml-cpp
+//   CodecSpec c = ParseCodecShorthand("topk ratio=0.01");
 //   ParamReader r(c);  double ratio = r.Double("ratio", 0.01, 0.0, 1.0);  r.Finish();
 //
 // Finish() throws InvalidArgument naming any parameter the codec did not read, with the
 // list of those it knows, so a typo ("ratoi") is an error, never a silent default.
 // Thread-safety: values.
 #include <cstdint>
-#include <map>
-#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "common/config.h"
-
-namespace YAML {
-class Node;
-}
+#include "common/codec_spec.h"
 
 namespace gradpress::compressors {
-
-struct CompressorConfig {
-  std::string codec = "none";
-  std::map<std::string, std::string> params;  // codec parameters, as YAML scalars
-  bool error_feedback = false;
-  std::shared_ptr<CompressorConfig> then;  // quantizer of a sparsifier's values
-
-  // "topk(ratio=0.01)+qsgd(levels=16)", for logs and bench rows.
-  std::string ToString() const;
-};
-
-// Parses a mapping; `where` names it in errors ("push", "pull", "config.yaml:12").
-CompressorConfig ParseCompressorConfig(const YAML::Node& node, const std::string& where = "codec");
-// Parses "codec key=value key=value" (CLI and bench shorthand).
-CompressorConfig ParseCompressorSpec(const std::string& spec);
-// Converts a `push:` / `pull:` block of the experiment config (common/config.h), `then`
-// included. Parameters are checked later, by MakeCompressor.
-CompressorConfig FromCodecSpec(const CodecSpec& spec);
 
 // Whether a tensor of this shape uses the configured codec: tensors under min_numel elements,
 // and 1-D ones (bias, BatchNorm) when skip_1d, travel uncompressed ("none").
@@ -49,7 +23,7 @@ bool TravelsCompressed(const std::vector<int64_t>& shape, int64_t min_numel, boo
 
 class ParamReader {
  public:
-  explicit ParamReader(const CompressorConfig& config) : config_(config) {}
+  explicit ParamReader(const CodecSpec& config) : config_(config) {}
   double Double(const std::string& key, double def, double lo, double hi);
   int64_t Int(const std::string& key, int64_t def, int64_t lo, int64_t hi);
   bool Bool(const std::string& key, bool def);
@@ -61,7 +35,7 @@ class ParamReader {
 
  private:
   const std::string* Raw(const std::string& key);
-  const CompressorConfig& config_;
+  const CodecSpec& config_;
   std::set<std::string> known_;
 };
 

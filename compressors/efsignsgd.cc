@@ -4,11 +4,11 @@
 
 namespace gradpress::compressors {
 
-CompressorConfig ExpandEfSignSgd(const CompressorConfig& config) {
+CodecSpec ExpandEfSignSgd(const CodecSpec& config) {
   GP_ENFORCE(config.params.count("scaling") == 0,
              "efsignsgd is onebit with scaling=mean; it takes no 'scaling' (use codec: onebit)");
   GP_ENFORCE(config.then == nullptr, "'then' follows a sparsifier; efsignsgd is not one");
-  CompressorConfig onebit = config;
+  CodecSpec onebit = config;
   onebit.codec = "onebit";
   onebit.params["scaling"] = "mean";
   onebit.error_feedback = true;

@@ -30,6 +30,6 @@ inline constexpr char kEfSignSgd[] = "efsignsgd";
 
 // The onebit config that an efsignsgd config stands for (config.codec must be "efsignsgd").
 // Throws InvalidArgument if it sets scaling or has a `then`.
-CompressorConfig ExpandEfSignSgd(const CompressorConfig& config);
+CodecSpec ExpandEfSignSgd(const CodecSpec& config);
 
 }  // namespace gradpress::compressors

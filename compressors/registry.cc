@@ -71,7 +71,7 @@ std::vector<std::string> RegisteredCompressorNames() {
   return names;
 }
 
-std::unique_ptr<Compressor> MakeCompressor(const CompressorConfig& config) {
+std::unique_ptr<Compressor> MakeCompressor(const CodecSpec& config) {
   // Presets name a configured codec and have no factory of their own (efsignsgd.h).
   if (config.codec == kEfSignSgd) return MakeCompressor(ExpandEfSignSgd(config));
   auto it = Registry().find(config.codec);
@@ -97,10 +97,10 @@ std::unique_ptr<Compressor> MakeCompressor(const CompressorConfig& config) {
 
 std::unique_ptr<Compressor> MakeDecoder(const std::string& name) {
   const auto plus = name.find('+');
-  CompressorConfig config;
+  CodecSpec config;
   config.codec = name.substr(0, plus);
   if (plus != std::string::npos) {
-    config.then = std::make_shared<CompressorConfig>();
+    config.then = std::make_shared<CodecSpec>();
     config.then->codec = name.substr(plus + 1);
     GP_ENFORCE(config.then->codec.find('+') == std::string::npos, "codec name '", name,
                "' has more than one '+'");

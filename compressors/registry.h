@@ -24,7 +24,7 @@ void RegisterCompressor(const std::string& name, CompressorFactory factory);
 void RegisterBuiltinCompressors();
 std::vector<std::string> RegisteredCompressorNames();
 
-std::unique_ptr<Compressor> MakeCompressor(const CompressorConfig& config);
+std::unique_ptr<Compressor> MakeCompressor(const CodecSpec& config);
 
 // A decoder for payloads whose Payload::codec is `name` ("qsgd", "topk+qsgd"). Wire formats
 // are self-describing, so decoding needs no parameters: the server decodes any push with it.

@@ -11,7 +11,7 @@ namespace {
 constexpr int64_t kMaxBucket = int64_t{1} << 30;  // onebit's limit
 
 std::unique_ptr<OneBitCompressor> MeanSign(int64_t bucket_size) {
-  CompressorConfig c;
+  CodecSpec c;
   c.codec = "onebit";
   c.params = {{"scaling", "mean"}, {"bucket_size", std::to_string(bucket_size)}};
   ParamReader r(c);

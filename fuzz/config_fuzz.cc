@@ -29,7 +29,7 @@ namespace {
 void TryCodec(const CodecSpec& spec) {
   std::unique_ptr<compressors::Compressor> c;
   try {
-    c = compressors::MakeCompressor(compressors::FromCodecSpec(spec));
+    c = compressors::MakeCompressor(spec);
   } catch (const Error&) {
     return;  // parameters are checked by MakeCompressor, not by the parser
   }

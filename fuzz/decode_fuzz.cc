@@ -22,15 +22,13 @@
 namespace gradpress::fuzz {
 namespace {
 
-using compressors::CompressorConfig;
-
 // "qsgd" or "topk+qsgd": every codec, and every sparsifier followed by every other codec.
 const std::vector<std::string>& Codecs() {
   static const std::vector<std::string> codecs = [] {
     compressors::RegisterBuiltinCompressors();
     std::vector<std::string> names = compressors::RegisteredCompressorNames(), sparse, dense;
     for (const auto& n : names) {
-      CompressorConfig c;
+      CodecSpec c;
       c.codec = n;
       auto codec = compressors::MakeCompressor(c);
       (dynamic_cast<compressors::Sparsifier*>(codec.get()) ? sparse : dense).push_back(n);
@@ -49,12 +47,12 @@ const std::vector<std::string>& Codecs() {
   return codecs;
 }
 
-CompressorConfig ConfigOf(const std::string& name, bool error_feedback) {
-  CompressorConfig c;
+CodecSpec ConfigOf(const std::string& name, bool error_feedback) {
+  CodecSpec c;
   const auto plus = name.find('+');
   c.codec = name.substr(0, plus);
   if (plus != std::string::npos) {
-    c.then = std::make_shared<CompressorConfig>();
+    c.then = std::make_shared<CodecSpec>();
     c.then->codec = name.substr(plus + 1);
   }
   c.error_feedback = error_feedback;

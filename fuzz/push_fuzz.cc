@@ -92,7 +92,7 @@ server::StoreOptions Options(uint8_t options) {
   o.shadow_weights = (options & 8) && !o.exchange_weights;
   if (options & 4) {
     o.pull.codec = "topk";
-    o.pull.then = std::make_shared<compressors::CompressorConfig>();
+    o.pull.then = std::make_shared<CodecSpec>();
     o.pull.then->codec = "qsgd";
     o.pull.error_feedback = true;
   }
@@ -235,15 +235,9 @@ std::string HeaderMessage(int64_t step, int64_t base_step, bool lr) {
 // One push of every key encoded with `codec`, each payload in `pieces` chunks.
 void PutPush(const std::string& codec, int64_t step, int pieces, bool lr, std::string* out) {
   PutRecord(HeaderMessage(step, step, lr), out);
-  const auto plus = codec.find('+');
-  auto config = compressors::ParseCompressorSpec(codec.substr(0, plus));
-  if (plus != std::string::npos) {
-    config.then = std::make_shared<compressors::CompressorConfig>(
-        compressors::ParseCompressorSpec(codec.substr(plus + 1)));
-  }
   for (size_t i = 0; i < Model().size(); ++i) {
     const TensorSpec& s = Model()[i];
-    auto c = compressors::MakeCompressor(config);
+    auto c = compressors::MakeDecoder(codec);  // default parameters: a full codec
     const int64_t n = Numel(s.shape);
     const auto x = Floats(n, static_cast<uint32_t>(step * 10 + i));
     const std::string bytes = c->EncodeBytes(x.data(), n, {s.key, step});

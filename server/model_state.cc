@@ -37,7 +37,7 @@ void ModelState::Set(const std::vector<TensorSpec>& model, const std::string& co
     k->weights.assign(k->numel, 0.f);
     k->accum.assign(k->numel, 0.f);
     k->block_mu.reset(new std::mutex[(k->numel + kBlock - 1) / kBlock + 1]);
-    compressors::CompressorConfig pull = opt_.pull;
+    CodecSpec pull = opt_.pull;
     if (!compressors::TravelsCompressed(model_[i].shape, opt_.min_numel, opt_.skip_1d)) {
       pull = {};
     }

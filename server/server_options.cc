@@ -10,7 +10,7 @@ StoreOptions StoreOptionsFromConfig(const Config& c) {
   o.async = c.sync.mode == "async";
   o.exchange_weights = c.sync.exchange == "weights";
   o.sgd = {c.train.lr, c.train.momentum, c.train.weight_decay, c.train.nesterov};
-  o.pull = compressors::FromCodecSpec(c.pull);
+  o.pull = c.pull;
   o.min_numel = c.compress.min_numel;
   o.skip_1d = c.compress.skip_1d;
   o.worker_timeout_s = c.server.worker_timeout_s;

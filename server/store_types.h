@@ -17,20 +17,20 @@ using compressors::KeyPayload;
 using compressors::TensorSpec;
 
 struct StoreOptions {
-  int workers = 2;                     // workers expected to register
-  bool async = false;                  // sync barrier, or apply each push at once
-  bool exchange_weights = false;       // server steps SGD and returns weights (methods 1-2)
-  SgdOptions sgd;                      // used when exchange_weights
-  compressors::CompressorConfig pull;  // codec (+ error feedback) of what the server returns
-  int64_t min_numel = 1024;            // smaller tensors travel uncompressed
-  bool skip_1d = false;                // 1-D tensors (bias, BN) travel uncompressed
-  int stats_every = 100;               // steps between counter log lines; 0 = never
-  double worker_timeout_s = 30;        // silence after which a worker leaves the barrier
-  int max_staleness = 4;               // async: steps a push's base may lag
-  int threads = 2;                     // keys decoded / encoded in parallel
-  std::string checkpoint_dir;          // "" = no checkpoints
-  int64_t checkpoint_every = 0;        // server steps between checkpoints; 0 = on Stop only
-  int checkpoint_keep = 3;             // newest checkpoint files kept
+  int workers = 2;                // workers expected to register
+  bool async = false;             // sync barrier, or apply each push at once
+  bool exchange_weights = false;  // server steps SGD and returns weights (methods 1-2)
+  SgdOptions sgd;                 // used when exchange_weights
+  CodecSpec pull;                 // codec (+ error feedback) of what the server returns
+  int64_t min_numel = 1024;       // smaller tensors travel uncompressed
+  bool skip_1d = false;           // 1-D tensors (bias, BN) travel uncompressed
+  int stats_every = 100;          // steps between counter log lines; 0 = never
+  double worker_timeout_s = 30;   // silence after which a worker leaves the barrier
+  int max_staleness = 4;          // async: steps a push's base may lag
+  int threads = 2;                // keys decoded / encoded in parallel
+  std::string checkpoint_dir;     // "" = no checkpoints
+  int64_t checkpoint_every = 0;   // server steps between checkpoints; 0 = on Stop only
+  int checkpoint_keep = 3;        // newest checkpoint files kept
   int64_t max_model_bytes = int64_t{4096} << 20;  // a larger first Register is refused
   // Sync gradient methods: also step these weights with shadow_sgd on each step's mean (the
   // workers' own update: their optimizer, or lr 1 for method 6's averaged deltas), so that

@@ -2,8 +2,9 @@
 
 #include <grpcpp/server_context.h>
 
-#include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <system_error>
@@ -16,7 +17,66 @@
 namespace gradpress::transport {
 namespace {
 
-std::atomic<int> g_running{0};
+constexpr auto kIdleExit = std::chrono::seconds(30);
+
+// The threads that run handlers. A thread is reused for the next call (a step's calls are
+// short: starting a thread per call cost more than a LeNet push); one is started whenever
+// every thread is busy, so a handler never waits behind another (they block on each other at
+// the barrier); a thread idle for kIdleExit ends. Never destroyed: threads may be parked in
+// it when the process exits.
+class HandlerThreads {
+ public:
+  static HandlerThreads& Get() {
+    static auto* threads = new HandlerThreads;
+    return *threads;
+  }
+  // False (nothing runs) at kMaxRawCalls busy, or when no thread can be started.
+  bool Run(std::function<void()> task) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (busy_ >= kMaxRawCalls) return false;
+    if (available_ <= tasks_.size()) {  // every available thread already has a task coming
+      try {
+        std::thread([this] { Loop(); }).detach();
+      } catch (const std::system_error&) {
+        return false;
+      }
+      ++available_;
+    }
+    ++busy_;
+    tasks_.push_back(std::move(task));
+    cv_.notify_one();
+    return true;
+  }
+  int busy() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return busy_;
+  }
+
+ private:
+  void Loop() {  // counted in available_ from its start
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      if (!cv_.wait_for(lock, kIdleExit, [&] { return !tasks_.empty(); })) {
+        --available_;
+        return;
+      }
+      --available_;
+      std::function<void()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      task();
+      task = nullptr;  // the call's state goes before the thread is offered again
+      lock.lock();
+      --busy_;
+      ++available_;
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  size_t available_ = 0;  // threads waiting for a task, or started and about to
+  int busy_ = 0;          // tasks queued or running
+};
 
 // Completion of one kind of operation (a read, a write, the whole call), handed from gRPC's
 // reaction threads to the handler's thread. Shared, so a reaction that signals never touches
@@ -59,18 +119,12 @@ class Blocking final : public Reactor, public RawStream {
   Blocking(grpc::CallbackServerContext* ctx, RawHandler handler, const grpc::ByteBuffer* request,
            grpc::ByteBuffer* reply)
       : ctx_(ctx), request_(request), reply_(reply), sig_(std::make_shared<Signals>()) {
-    if (g_running.fetch_add(1) < kMaxRawCalls) {
-      threaded_ = true;  // before the thread: OnDone, after binding, reads it
-      try {
-        std::thread([this, sig = sig_, handler = std::move(handler)] {
-          Run(sig, handler);
-        }).detach();
-        return;
-      } catch (const std::system_error&) {  // no thread to be had: busy, as below
-        threaded_ = false;
-      }
+    threaded_ = true;  // before the task: OnDone, after binding, reads it
+    if (HandlerThreads::Get().Run(
+            [this, sig = sig_, handler = std::move(handler)] { Run(sig, handler); })) {
+      return;
     }
-    g_running.fetch_sub(1);
+    threaded_ = false;
     this->Finish(ToStatus(std::make_exception_ptr(
         Unavailable("server busy: too many calls in flight; retry", Reason::kTimedOut))));
   }
@@ -122,7 +176,6 @@ class Blocking final : public Reactor, public RawStream {
     }
     this->Finish(std::move(status));
     sig->Wait(&sig->call);
-    g_running.fetch_sub(1);
     delete this;
   }
 
@@ -152,6 +205,6 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ServeServerStream(grpc::CallbackServ
   return new Blocking<Writer>(ctx, std::move(handler), request, nullptr);
 }
 
-int RawCallsRunning() { return g_running.load(); }
+int RawCallsRunning() { return HandlerThreads::Get().busy(); }
 
 }  // namespace gradpress::transport

@@ -4,7 +4,8 @@
 // index comes from the generated code, so reordering the .proto's rpcs cannot rebind them);
 // their messages are grpc::ByteBuffers framed by transport/wire.h. A callback reactor must
 // never block, while the store's calls do (a push waits at the step's barrier), so each call
-// runs its handler on a thread of its own and sees the call as a blocking stream:
+// runs its handler on a thread of its own (reused across calls; a new one whenever all are
+// busy) and sees the call as a blocking stream:
 //
 //   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PushPull(
 //       grpc::CallbackServerContext* ctx) override {
@@ -54,7 +55,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ServeServerStream(grpc::CallbackServ
                                                               const grpc::ByteBuffer* request,
                                                               RawHandler handler);
 
-// Handlers running now (for tests and the busy check).
+// Handlers queued or running now.
 int RawCallsRunning();
 
 }  // namespace gradpress::transport

@@ -148,7 +148,7 @@ void ServerClient::LoadState(std::string_view state) {
   push_ = std::move(fresh);
 }
 
-void ServerClient::SetPushCodec(const compressors::CompressorConfig& push) {
+void ServerClient::SetPushCodec(const CodecSpec& push) {
   GP_ENFORCE(!model_.empty(), "SetPushCodec before Register");
   ClientOptions o = opt_;
   o.push = push;

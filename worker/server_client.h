@@ -37,14 +37,14 @@ using compressors::TensorSpec;
 struct ClientOptions {
   std::string server = "127.0.0.1:50051";  // host:port (gRPC only)
   std::string worker_id = "worker-0";
-  uint64_t incarnation = 1;            // raise on every restart of the worker process
-  std::string config_hash;             // the job's ConfigHash; all workers must agree
-  compressors::CompressorConfig push;  // codec (+ then, + error feedback) per key
-  int64_t min_numel = 1024;            // smaller tensors travel uncompressed
-  bool skip_1d = false;                // 1-D tensors travel uncompressed
-  double deadline_s = 120;             // per call, seconds
-  int max_retries = 10;                // UNAVAILABLE retries per call (gRPC)
-  double backoff_initial_s = 0.05;     // doubled per retry, capped at backoff_max_s
+  uint64_t incarnation = 1;         // raise on every restart of the worker process
+  std::string config_hash;          // the job's ConfigHash; all workers must agree
+  CodecSpec push;                   // codec (+ then, + error feedback) per key
+  int64_t min_numel = 1024;         // smaller tensors travel uncompressed
+  bool skip_1d = false;             // 1-D tensors travel uncompressed
+  double deadline_s = 120;          // per call, seconds
+  int max_retries = 10;             // UNAVAILABLE retries per call (gRPC)
+  double backoff_initial_s = 0.05;  // doubled per retry, capped at backoff_max_s
   double backoff_max_s = 5;
   double momentum_correction = 0;  // > 0: compressed keys' push codecs are wrapped in DGC's
                                    // MomentumCorrection with this momentum
@@ -152,7 +152,7 @@ class ServerClient {
   std::string SaveState() const;
   void LoadState(std::string_view state);
   // Replaces the push codec of every compressed key (dynamic compression); fresh state.
-  void SetPushCodec(const compressors::CompressorConfig& push);
+  void SetPushCodec(const CodecSpec& push);
   // Sets the density of every compressed key's sparsifier, keeping all state (DGC warm-up).
   // False if the push codec has no density.
   bool SetPushDensity(double ratio);

@@ -100,7 +100,7 @@ Trainer::Trainer(TrainerOptions options)
   co.worker_id = "worker-" + std::to_string(opt_.rank);
   co.incarnation = opt_.incarnation;
   co.config_hash = ConfigHash(c);
-  co.push = compressors::FromCodecSpec(c.push);
+  co.push = c.push;
   co.min_numel = c.compress.min_numel;
   co.skip_1d = c.compress.skip_1d;
   co.momentum_correction = c.compress.momentum_correction;
@@ -113,7 +113,7 @@ Trainer::Trainer(TrainerOptions options)
   if (!c.compress.dynamic.ladder.empty()) {
     controller_ = std::make_unique<CompressionController>(c.compress.dynamic);
     for (const auto& spec : SplitLadder(c.compress.dynamic.ladder))
-      compressors::MakeCompressor(compressors::ParseCompressorSpec(spec));  // all valid now
+      compressors::MakeCompressor(ParseCodecShorthand(spec));  // all valid now
   }
   if (c.compress.warmup_epochs > 0) {
     const auto ratio = c.push.params.find("ratio");

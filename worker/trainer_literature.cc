@@ -9,8 +9,7 @@
 namespace gradpress::worker {
 
 void Trainer::SetPushCodec(const CompressionDecision& d, int64_t epoch) {
-  client_->SetPushCodec(d.spec == "none" ? compressors::CompressorConfig{}
-                                         : compressors::ParseCompressorSpec(d.spec));
+  client_->SetPushCodec(d.spec == "none" ? CodecSpec{} : ParseCodecShorthand(d.spec));
   if (epoch < 0) {
     spdlog::info("worker-{} push codec: {} (dynamic compression, rung {})", opt_.rank, d.spec,
                  d.rung);

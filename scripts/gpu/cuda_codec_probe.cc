@@ -119,15 +119,16 @@ int main(int argc, char** argv) {
         h2d_flat * 1e6, d2h_each * 1e6, d2h_flat * 1e6);
   }
 
-  std::vector<gc::CompressorConfig> configs;
+  std::vector<gradpress::CodecSpec> configs;
   for (const auto& name : gc::RegisteredCompressorNames()) {
-    gc::CompressorConfig c;
+    gradpress::CodecSpec c;
     c.codec = name;
     configs.push_back(c);
   }
   {
-    gc::CompressorConfig c = gc::ParseCompressorSpec("topk");
-    c.then = std::make_shared<gc::CompressorConfig>(gc::ParseCompressorSpec("qsgd levels=16"));
+    gradpress::CodecSpec c = gradpress::ParseCodecShorthand("topk");
+    c.then =
+        std::make_shared<gradpress::CodecSpec>(gradpress::ParseCodecShorthand("qsgd levels=16"));
     configs.push_back(c);
   }
 

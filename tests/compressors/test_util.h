@@ -13,8 +13,7 @@ namespace gradpress::compressors::testing {
 inline std::unique_ptr<Compressor> Make(const std::string& spec, const std::string& then = "",
                                         bool error_feedback = false) {
   RegisterBuiltinCompressors();
-  CompressorConfig c = ParseCompressorSpec(spec);
-  if (!then.empty()) c.then = std::make_shared<CompressorConfig>(ParseCompressorSpec(then));
+  CodecSpec c = ParseCodecShorthand(then.empty() ? spec : spec + " then=" + then);
   c.error_feedback = error_feedback;
   return MakeCompressor(c);
 }

@@ -43,7 +43,7 @@ struct Cluster {
     worker::ClientOptions o;
     o.server = "127.0.0.1:" + std::to_string(port);
     o.worker_id = "worker-" + std::to_string(i);
-    o.push = compressors::ParseCompressorSpec(push);
+    o.push = ParseCodecShorthand(push);
     o.deadline_s = 30;
     o.max_retries = 2;
     o.backoff_initial_s = 0.01;
@@ -107,7 +107,7 @@ struct Cluster {
 // A "none" payload of a tensor.
 inline compressors::KeyPayload NonePayload(const std::string& key, const torch::Tensor& t) {
   compressors::RegisterBuiltinCompressors();
-  auto none = compressors::MakeCompressor(compressors::CompressorConfig{});
+  auto none = compressors::MakeCompressor(CodecSpec{});
   return {key, none->Encode(t)};
 }
 

@@ -237,10 +237,9 @@ torch::Tensor SparseMean(int64_t step) {
   return m;
 }
 
-compressors::CompressorConfig TopKQsgd() {
-  auto c = compressors::ParseCompressorSpec("topk ratio=0.01");
-  c.then = std::make_shared<compressors::CompressorConfig>(
-      compressors::ParseCompressorSpec("qsgd levels=16"));
+CodecSpec TopKQsgd() {
+  auto c = ParseCodecShorthand("topk ratio=0.01");
+  c.then = std::make_shared<CodecSpec>(ParseCodecShorthand("qsgd levels=16"));
   c.error_feedback = true;
   return c;
 }

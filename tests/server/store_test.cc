@@ -111,9 +111,8 @@ TEST_CASE("both ways topk then qsgd with error feedback tracks the true mean", "
   // is at most about (1/r) / T = 100 / 200 = 0.5, and it shrinks as T grows (measured 0.62
   // at T = 50 and 0.27 at T = 200). Without feedback the dropped 99% would never arrive.
   auto opts = Options(2);
-  opts.pull = compressors::ParseCompressorSpec("topk ratio=0.01");
-  opts.pull.then = std::make_shared<compressors::CompressorConfig>(
-      compressors::ParseCompressorSpec("qsgd levels=16"));
+  opts.pull = ParseCodecShorthand("topk ratio=0.01");
+  opts.pull.then = std::make_shared<CodecSpec>(ParseCodecShorthand("qsgd levels=16"));
   opts.pull.error_feedback = true;
   Cluster c(opts);
   const auto specs = Specs({{20000}});
@@ -122,8 +121,7 @@ TEST_CASE("both ways topk then qsgd with error feedback tracks the true mean", "
   std::vector<double> gap_at(2);
   Cluster::Parallel(2, [&](int w) {
     auto o = c.Client(w, "topk ratio=0.01");
-    o.push.then = std::make_shared<compressors::CompressorConfig>(
-        compressors::ParseCompressorSpec("qsgd levels=16"));
+    o.push.then = std::make_shared<CodecSpec>(ParseCodecShorthand("qsgd levels=16"));
     o.push.error_feedback = true;
     o.min_numel = 0;
     worker::PsClient client(o);

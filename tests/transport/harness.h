@@ -130,7 +130,7 @@ struct SecureCluster {
     worker::ClientOptions o;
     o.server = "127.0.0.1:" + std::to_string(port);
     o.worker_id = "worker-" + std::to_string(i);
-    o.push = compressors::ParseCompressorSpec(push);
+    o.push = ParseCodecShorthand(push);
     o.deadline_s = 30;
     o.max_retries = 2;
     o.backoff_initial_s = 0.001;

@@ -12,9 +12,8 @@ void OneStep(const std::string& model_name) {
   INFO(model_name);
   server::StoreOptions opts;
   opts.workers = 2;
-  opts.pull = compressors::ParseCompressorSpec("topk ratio=0.01");
-  opts.pull.then = std::make_shared<compressors::CompressorConfig>(
-      compressors::ParseCompressorSpec("qsgd levels=16"));
+  opts.pull = ParseCodecShorthand("topk ratio=0.01");
+  opts.pull.then = std::make_shared<CodecSpec>(ParseCodecShorthand("qsgd levels=16"));
   Cluster c(opts);
   std::vector<std::vector<torch::Tensor>> after(2);
   std::vector<worker::StepStats> st(2);
@@ -29,8 +28,7 @@ void OneStep(const std::string& model_name) {
       params.push_back(p.value());
     }
     auto o = c.Client(w, "topk ratio=0.01");
-    o.push.then = std::make_shared<compressors::CompressorConfig>(
-        compressors::ParseCompressorSpec("qsgd levels=16"));
+    o.push.then = std::make_shared<CodecSpec>(ParseCodecShorthand("qsgd levels=16"));
     o.push.error_feedback = true;
     worker::PsClient client(o);
     client.Register(specs);
