@@ -112,9 +112,11 @@ Row ParameterServer(const Config& c, const TrainOptions& o) {
         for (int64_t s = 0; s < o.warmup + o.steps; ++s) {
           const int64_t i = s % per_epoch;
           worker::data::Dataset batch = worker::data::GatherBatch(train, idx, i * b, (i + 1) * b);
-          worker::StepMetrics m = t.Step(batch.images, batch.labels);
-          if (s >= o.warmup) metrics[r].push_back(m);
+          t.Step(batch.images, batch.labels);
         }
+        t.Settle();  // cross-barrier: the last step's row completes here
+        for (const worker::StepMetrics& m : t.TakeFinished())
+          if (m.step >= o.warmup) metrics[r].push_back(m);
       } catch (...) {
         errors[r] = std::current_exception();
       }

@@ -64,6 +64,9 @@ struct SyncConfig {
   // in buckets of about bucket_mb MiB, each as soon as backward has produced it (overlap), and
   // the server completes each bucket on its own. overlap: false = the serial step.
   bool overlap = true;
+  // With overlap: the step ends when backward does, and the next forward waits layer by layer
+  // for its buckets' results (BytePS's cross-barrier). false: the step waits for every bucket.
+  bool cross_barrier = true;
   double bucket_mb = 4;
 };
 

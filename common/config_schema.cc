@@ -209,6 +209,7 @@ std::vector<ConfigField> ConfigFields(Config& c) {
       Int("sync.max_staleness", &c.sync.max_staleness, 0),
       OneOf("sync.model_selection", &c.sync.model_selection, {"best", "average"}),
       Bool("sync.overlap", &c.sync.overlap),
+      Bool("sync.cross_barrier", &c.sync.cross_barrier),
       Double("sync.bucket_mb", &c.sync.bucket_mb, 0, kInf, /*lo_open=*/true),
       Codec("push", &c.push),
       Codec("pull", &c.pull),

@@ -30,29 +30,28 @@ std::vector<int> BucketExchange::Split(const std::vector<torch::Tensor>& params,
 
 class BucketExchange::Turn : public Uplink {
  public:
-  Turn(BucketExchange* ex, uint64_t ticket) : ex_(ex), ticket_(ticket) {}
+  Turn(BucketExchange* ex, int bucket) : ex_(ex), bucket_(bucket) {}
   void Acquire() override {
     std::unique_lock<std::mutex> lock(ex_->mu_);
-    ex_->cv_.wait(lock, [&] { return ex_->serving_ == ticket_; });
+    ex_->uplink_waiting_.insert(bucket_);
+    ex_->cv_.wait(lock,
+                  [&] { return !ex_->uplink_busy_ && *ex_->uplink_waiting_.begin() == bucket_; });
+    ex_->uplink_waiting_.erase(bucket_);
+    ex_->uplink_busy_ = true;
+    held_ = true;
   }
   void Release() override {
     std::lock_guard<std::mutex> lock(ex_->mu_);
-    if (done_) return;
-    done_ = true;
-    ex_->serving_ = ticket_ + 1;
+    if (!held_) return;
+    held_ = false;
+    ex_->uplink_busy_ = false;
     ex_->cv_.notify_all();
-  }
-  void ReleaseIfPending() {  // the call ended (or never ran) without taking its turn
-    if (!done_) {
-      Acquire();
-      Release();
-    }
   }
 
  private:
   BucketExchange* ex_;
-  uint64_t ticket_;
-  bool done_ = false;
+  int bucket_;
+  bool held_ = false;
 };
 
 BucketExchange::BucketExchange(ServerClient* client, const std::vector<int>& bucket_keys,
@@ -62,6 +61,7 @@ BucketExchange::BucketExchange(ServerClient* client, const std::vector<int>& buc
   for (size_t b = 0; b < bucket_keys.size(); ++b)
     for (int k = 0; k < bucket_keys[b]; ++k) bucket_of_.push_back(static_cast<int>(b));
   grads_.resize(bucket_of_.size());
+  ended_.assign(bucket_keys.size(), 0);
   for (int t = 0; t < std::max(1, threads); ++t) threads_.emplace_back([this] { Run(); });
 }
 
@@ -82,6 +82,7 @@ void BucketExchange::Begin(int64_t step, std::vector<torch::Tensor>* out) {
   step_ = step;
   out_ = out;
   pending_ = pending_init_;
+  std::fill(ended_.begin(), ended_.end(), 0);
   for (auto& g : grads_) g = torch::Tensor();
   sum_ = StepStats{};
   error_ = nullptr;
@@ -104,15 +105,33 @@ void BucketExchange::Enqueue(int bucket) {
 }
 
 StepStats BucketExchange::Finish(const std::vector<torch::Tensor>& like, double* exposed_ms) {
-  GP_ENFORCE(active_, "BucketExchange::Finish without Begin");
-  Timer waited;
-  std::unique_lock<std::mutex> lock(mu_);
+  Seal(like);
+  return Wait(exposed_ms);
+}
+
+void BucketExchange::Seal(const std::vector<torch::Tensor>& like) {
+  GP_ENFORCE(active_, "BucketExchange::Seal without Begin");
+  std::lock_guard<std::mutex> lock(mu_);
   // Keys without a gradient (unused parameters): zeros, in reverse order like backward.
   for (size_t i = grads_.size(); i-- > 0;) {
     if (grads_[i].defined()) continue;
     grads_[i] = torch::zeros_like(like[i]);
     if (--pending_[bucket_of_[i]] == 0) Enqueue(bucket_of_[i]);
   }
+}
+
+bool BucketExchange::WaitBucket(int bucket) {
+  GP_ENFORCE(active_ && bucket >= 0 && bucket < buckets(), "BucketExchange::WaitBucket(", bucket,
+             ") outside a step");
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return ended_[bucket] || error_ != nullptr; });
+  return error_ == nullptr;
+}
+
+StepStats BucketExchange::Wait(double* exposed_ms) {
+  GP_ENFORCE(active_, "BucketExchange::Wait without Begin");
+  Timer waited;
+  std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return outstanding_ == 0; });
   active_ = false;
   if (exposed_ms) *exposed_ms = waited.ElapsedMs();
@@ -126,6 +145,9 @@ void BucketExchange::Run() {
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
     if (stop_) return;
+    // Threads take buckets in readiness order, which backward makes the same on every
+    // worker: the buckets in flight are then the same everywhere, and the server completes
+    // them (in a priority order per worker, more threads than buckets could wait forever).
     const int bucket = queue_.front();
     queue_.pop_front();
     const int64_t step = step_;
@@ -135,7 +157,7 @@ void BucketExchange::Run() {
     std::vector<torch::Tensor> grads(grads_.size());
     for (size_t i = begin; i < end; ++i) grads[i] = grads_[i];
     const bool failed = error_ != nullptr;
-    Turn turn(this, next_ticket_++);
+    Turn turn(this, bucket);
     lock.unlock();
     StepStats st;
     std::exception_ptr error;
@@ -146,8 +168,9 @@ void BucketExchange::Run() {
         error = std::current_exception();
       }
     }
-    turn.ReleaseIfPending();
+    turn.Release();  // if the call ended (or never ran) holding it
     lock.lock();
+    ended_[bucket] = 1;
     if (error && !error_) error_ = error;
     sum_.bytes_up += st.bytes_up;
     sum_.bytes_down += st.bytes_down;

@@ -8,13 +8,17 @@
 // the server once every live worker pushed it, pulled and decoded into the caller's tensors,
 // while later buckets are still being produced and pushed. Codecs and their state stay per
 // key, so the split changes no codec's math: the weights are bit-identical to the serial step.
+// Priority (BytePS): of the buckets waiting for the uplink, the one nearest the model's input
+// goes first, so the first layers' results, which the next
+// forward needs first, are not queued behind later layers' (cross-barrier, exchange.h).
 //
 //   auto split = BucketExchange::Split(params, config.sync.bucket_mb);   // keys per bucket
 //   client.Register(specs, split);
 //   BucketExchange ex(&client, split, /*threads=*/3);
 //   ex.Begin(step, &out);                     // before backward
 //   ... ex.Gradient(i, grad) from each parameter's hook (or after backward) ...
-//   StepStats s = ex.Finish();                // after backward: waits for every bucket
+//   StepStats s = ex.Finish(like);            // after backward: waits for every bucket
+//   // or: ex.Seal(like); ... ex.WaitBucket(b) as the next forward needs bucket b ...; ex.Wait();
 //
 // Finish sums the buckets' bytes and times (encode, decode, network and wait are summed over
 // buckets, so they may exceed the wall time they overlap), fills keys that got no gradient
@@ -29,6 +33,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -56,15 +61,22 @@ class BucketExchange {
   // Waits for every bucket; keys that got no gradient are exchanged as zeros of `like`'s
   // shapes first. Returns the summed stats; exposed_ms is the wait here.
   StepStats Finish(const std::vector<torch::Tensor>& like, double* exposed_ms = nullptr);
+  // Finish in parts: Seal hands over the keys that got no gradient (zeros of like's shapes);
+  // WaitBucket(b) returns once bucket b ended (false if it or an earlier one failed: Wait then
+  // rethrows); Wait is the rest of Finish.
+  void Seal(const std::vector<torch::Tensor>& like);
+  bool WaitBucket(int bucket);
+  StepStats Wait(double* exposed_ms = nullptr);
   bool active() const { return active_; }
 
  private:
   void Run();
   void Enqueue(int bucket);  // mu_ held
-  // The uplink in readiness order: the bucket dequeued n-th writes n-th (one at a time, so
-  // each push gets the whole uplink and finishes early), and is pulled while later ones go up.
+  // The uplink, one bucket at a time (each push gets the whole link and finishes early, and is
+  // pulled while later ones go up), the waiting bucket with the lowest index first.
   class Turn;
-  uint64_t next_ticket_ = 0, serving_ = 0;  // mu_
+  std::set<int> uplink_waiting_;  // mu_
+  bool uplink_busy_ = false;      // mu_
 
   ServerClient* client_;
   std::vector<int> bucket_of_;     // per key
@@ -78,6 +90,7 @@ class BucketExchange {
   std::mutex mu_;
   std::condition_variable cv_;  // work queued, a bucket done, or stop
   std::deque<int> queue_;       // buckets ready to go, in readiness order
+  std::vector<char> ended_;     // per bucket, this step: exchanged (or given up after an error)
   int outstanding_ = 0;         // buckets queued or in flight
   StepStats sum_;
   std::exception_ptr error_;

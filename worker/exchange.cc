@@ -27,6 +27,12 @@ void Exchange::SetLr(double lr) {
   if (server_follows_lr()) ctx_.client->set_server_lr(lr);
 }
 
+std::vector<torch::Tensor> Exchange::ZerosLikeParams() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : *ctx_.params) out.push_back(torch::zeros_like(p));
+  return out;
+}
+
 std::vector<torch::Tensor> Exchange::Aliases() const {
   std::vector<torch::Tensor> out;
   for (const auto& p : *ctx_.params) out.push_back(p.detach());
@@ -49,17 +55,10 @@ std::vector<torch::Tensor> Grads(const std::vector<torch::Tensor>& params) {
   return out;
 }
 
-std::vector<torch::Tensor> ZerosLike(const std::vector<torch::Tensor>& params) {
-  std::vector<torch::Tensor> out;
-  for (const auto& p : params) out.push_back(torch::zeros_like(p));
-  return out;
-}
-
 // Methods 3-5, the serial step.
 class GradientsExchange : public Exchange {
  public:
-  explicit GradientsExchange(ExchangeContext ctx)
-      : Exchange(ctx), received_(ZerosLike(*ctx.params)) {}
+  explicit GradientsExchange(ExchangeContext ctx) : Exchange(ctx), received_(ZerosLikeParams()) {}
   StepStats Finish(int64_t step, StepMetrics* m) override {
     StepStats st = ctx_.client->PushPull(step, Grads(*ctx_.params), &received_);
     m->compute_ms += ApplyGradients(received_);
@@ -98,52 +97,6 @@ class WeightsExchange : public Exchange {
 
  private:
   int64_t base_step_ = 0;  // async: server step of the weights we hold
-};
-
-// Methods 1-5 pipelined (sync.overlap, a model of several buckets).
-class BucketsExchange : public Exchange {
- public:
-  BucketsExchange(ExchangeContext ctx, std::vector<int> split)
-      : Exchange(ctx),
-        split_(std::move(split)),
-        weights_(ctx.config->sync.exchange == "weights"),
-        received_(ZerosLike(*ctx.params)),
-        buckets_(ctx.client, split_, std::min<int>(8, split_.size())),
-        // DGC's clipping needs every gradient first: its buckets go out after backward.
-        hooks_(ctx.config->compress.clip_norm <= 0) {
-    if (!hooks_) return;
-    for (size_t i = 0; i < ctx.params->size(); ++i) {
-      BucketExchange* ex = &buckets_;
-      (*ctx.params)[i].register_hook([ex, i](const torch::Tensor& g) { ex->Gradient(i, g); });
-    }
-  }
-  std::vector<int> bucket_keys() const override { return split_; }
-  bool overlaps() const override { return true; }
-  void Begin(int64_t step) override {
-    // Fresh aliases each step: restoring a checkpoint may give the parameters new storage.
-    if (weights_) weights_out_ = Aliases();
-    buckets_.Begin(step, weights_ ? &weights_out_ : &received_);
-  }
-  StepStats Finish(int64_t step, StepMetrics* m) override {
-    (void)step;
-    auto& params = *ctx_.params;
-    m->overlap = true;
-    if (!hooks_) {  // after clipping: every bucket at once, in backward's order
-      for (size_t i = params.size(); i-- > 0;) buckets_.Gradient(i, params[i].grad());
-    }
-    StepStats st = buckets_.Finish(params, &m->exposed_comm_ms);
-    // Weights were written into the parameters in place; gradients are applied here.
-    if (!weights_) m->compute_ms += ApplyGradients(received_);
-    return st;
-  }
-
- private:
-  std::vector<int> split_;
-  bool weights_;
-  std::vector<torch::Tensor> received_;
-  std::vector<torch::Tensor> weights_out_;  // weights: aliases of the parameters
-  BucketExchange buckets_;
-  bool hooks_;
 };
 
 // sync.exchange: gaussian: each key's (mean, std) goes up; the mean over workers comes back;
@@ -198,7 +151,7 @@ std::unique_ptr<Exchange> MakeExchange(ExchangeContext ctx) {
   if (c.sync.overlap && c.sync.mode == "sync") {
     // One bucket cannot overlap anything (it is ready when backward ends): the serial step.
     std::vector<int> split = BucketExchange::Split(*ctx.params, c.sync.bucket_mb);
-    if (split.size() > 1) return std::make_unique<BucketsExchange>(ctx, std::move(split));
+    if (split.size() > 1) return MakeBucketsExchange(ctx, std::move(split));
   }
   if (c.sync.exchange == "weights") return std::make_unique<WeightsExchange>(ctx);
   return std::make_unique<GradientsExchange>(ctx);

@@ -11,6 +11,10 @@
 //                              too stale is dropped and the current weights are pulled.
 //   buckets    (1-5, overlap)  the pipelined step (bucket_exchange.h): buckets leave from
 //                              autograd hooks during backward; gradients or weights as above.
+//                              sync.cross_barrier: Finish returns when backward ends; the
+//                              next forward waits in each layer's gate (models::Net) for that
+//                              layer's bucket and applies it, so it runs while later buckets
+//                              are still in flight; Settle completes the step.
 //   gaussian                   each key's (mean, std) is averaged; local gradients are
 //                              rescaled to it; the optimizer steps.
 //   periodic   (method 6)      local steps; every sync.every steps the update since the last
@@ -18,9 +22,11 @@
 //
 //   std::unique_ptr<Exchange> ex = MakeExchange(ctx);   // after the optimizer exists
 //   client.Register(specs, ex->bucket_keys());  ex->Init();  step = ex->Reset(server_step);
-//   per step: ex->Begin(step); forward; backward; ex->Finish(step, &metrics);
+//   per step: forward; ex->Settle(&done) (the previous step, if pending); ex->Begin(step);
+//             backward; ex->Finish(step, &metrics);
 //
 // Thread-safety: the Trainer's thread (the buckets exchange runs threads of its own).
+#include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/types.h>
 
@@ -35,6 +41,13 @@
 namespace gradpress::worker {
 
 struct StepMetrics;
+
+// A deferred step completed by Settle.
+struct SettledStep {
+  StepStats stats;
+  double exposed_ms = 0;  // waited for its results (in layer gates and in Settle)
+  double apply_ms = 0;    // local optimizer steps on its results
+};
 
 // What the Trainer lends its exchange (it outlives the exchange).
 struct ExchangeContext {
@@ -60,17 +73,28 @@ class Exchange {
   virtual int64_t Reset(int64_t server_step) { return server_step; }
   // The step's lr: the local optimizer's, and (where server_follows_lr) the server's SGD or
   // shadow weights' (set_server_lr).
-  void SetLr(double lr);
+  virtual void SetLr(double lr);
   virtual bool server_follows_lr() const { return true; }
 
-  // Before forward of `step` (buckets: arms the hooks).
+  // After forward (and Settle), before backward of `step` (buckets: arms the hooks).
   virtual void Begin(int64_t step) { (void)step; }
   // After backward (and clipping): p.grad holds this worker's gradients. Exchanges and updates
   // the parameters; adds local update time to m->compute_ms, sets m->overlap,
   // m->exposed_comm_ms (overlapping exchanges only) and m->stale.
   virtual StepStats Finish(int64_t step, StepMetrics* m) = 0;
   virtual bool overlaps() const { return false; }
-
+  // Cross-barrier: whether Finish may return before the step's results are in (then the
+  // model's layer gates call GateLayer); pending: a step awaits Settle.
+  virtual bool defers() const { return false; }
+  virtual bool pending() const { return false; }
+  // Waits for the pending step's results of `layer`'s parameters and applies them.
+  virtual void GateLayer(const torch::nn::Module& layer) { (void)layer; }
+  // Completes the pending step (waits for every bucket, applies the rest); false if none was.
+  // A failed exchange is rethrown here (or from GateLayer), and nothing is pending after.
+  virtual bool Settle(SettledStep* done) {
+    (void)done;
+    return false;
+  }
   // The server's step at local step `step` (method 6: the syncs done), and local steps since
   // the last exchange (method 6; else 0): checkpoints are taken where this is 0.
   virtual int64_t server_step(int64_t step) const { return step; }
@@ -93,11 +117,14 @@ class Exchange {
   // Copies `received` into p.grad and steps the optimizer; returns the ms it took.
   double ApplyGradients(const std::vector<torch::Tensor>& received);
   std::vector<torch::Tensor> Aliases() const;  // detached aliases of the parameters
+  std::vector<torch::Tensor> ZerosLikeParams() const;
   ExchangeContext ctx_;
 };
 
 std::unique_ptr<Exchange> MakeExchange(ExchangeContext ctx);
 // Method 6 (exchange_periodic.cc); MakeExchange picks it for sync.every > 1.
 std::unique_ptr<Exchange> MakePeriodicExchange(ExchangeContext ctx);
+// Methods 1-5 pipelined (exchange_buckets.cc): sync.overlap, `split` of several buckets.
+std::unique_ptr<Exchange> MakeBucketsExchange(ExchangeContext ctx, std::vector<int> split);
 
 }  // namespace gradpress::worker

@@ -110,6 +110,9 @@ Trainer::Trainer(TrainerOptions options)
   co.faults = transport::ResolveFaults(c.faults);  // $GRADPRESS_FAULTS overrides the config
   client_ = opt_.make_client ? opt_.make_client(co) : std::make_unique<PsClient>(co);
   exchange_ = MakeExchange({&opt_.config, opt_.rank, client_.get(), &params_, optimizer_.get()});
+  if (exchange_->defers())
+    model_->set_layer_gate(
+        [ex = exchange_.get()](const torch::nn::Module& l) { ex->GateLayer(l); });
   if (!c.compress.dynamic.ladder.empty()) {
     controller_ = std::make_unique<CompressionController>(c.compress.dynamic);
     for (const auto& spec : SplitLadder(c.compress.dynamic.ladder))
@@ -129,7 +132,8 @@ Trainer::Trainer(TrainerOptions options)
 
 Trainer::~Trainer() = default;
 
-std::vector<torch::Tensor> Trainer::Parameters() const {
+std::vector<torch::Tensor> Trainer::Parameters() {
+  Settle();
   std::vector<torch::Tensor> out;
   for (const auto& p : params_) out.push_back(p.detach());
   return out;
@@ -158,8 +162,11 @@ StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labe
   Timer t;
   model_->zero_grad(/*set_to_none=*/true);  // backward's gradients become p.grad as they are
   torch::Tensor x = images.to(device_), y = labels.to(device_);
-  exchange_->Begin(step_);
+  // Cross-barrier: the previous step's results are applied in the layers' gates as forward
+  // reaches them (its waits and updates are that step's, not this one's compute).
   torch::Tensor logits = model_->forward(x);
+  const double previous_ms = SettleHeld();
+  exchange_->Begin(step_);
   torch::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
   loss.backward();
   m.loss = loss.item<double>();
@@ -169,27 +176,57 @@ StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labe
   if (opt_.config.compress.clip_norm > 0)  // DGC's local clipping: N^(-1/2) of the threshold
     torch::nn::utils::clip_grad_norm_(params_,
                                       opt_.config.compress.clip_norm / std::sqrt(opt_.workers));
-  m.compute_ms = t.ElapsedMs();
+  m.compute_ms = t.ElapsedMs() - previous_ms;
 
   Timer exchange;
   const double compute_before = m.compute_ms;
   const StepStats st = exchange_->Finish(step_, &m);
-  m.bytes_up = st.bytes_up;
-  m.bytes_down = st.bytes_down;
-  m.encode_ms = st.encode_ms;
-  m.decode_ms = st.decode_ms;
-  m.network_ms = st.network_ms;
-  m.wait_ms = st.wait_ms;
-  m.server_ms = st.server_ms;
-  m.retries = st.retries;
+  AddExchange(st, &m);
   // The serial step waits for the whole exchange (its wall time, less local compute in it).
   if (!m.overlap) m.exposed_comm_ms = exchange.ElapsedMs() - (m.compute_ms - compute_before);
   ++step_;
   m.step_ms = step_timer.ElapsedMs();
+  if (exchange_->pending())
+    held_ = m;
+  else
+    finished_.push_back(m);
   return m;
 }
 
+void Trainer::AddExchange(const StepStats& st, StepMetrics* m) {
+  m->bytes_up = st.bytes_up;
+  m->bytes_down = st.bytes_down;
+  m->encode_ms = st.encode_ms;
+  m->decode_ms = st.decode_ms;
+  m->network_ms = st.network_ms;
+  m->wait_ms = st.wait_ms;
+  m->server_ms = st.server_ms;
+  m->retries = st.retries;
+}
+
+double Trainer::SettleHeld() {
+  SettledStep done;
+  if (!exchange_->Settle(&done)) return 0;
+  if (held_) {
+    AddExchange(done.stats, &*held_);
+    held_->exposed_comm_ms += done.exposed_ms;
+    held_->compute_ms += done.apply_ms;
+    finished_.push_back(*held_);
+    held_.reset();
+  }
+  return done.exposed_ms + done.apply_ms;
+}
+
+void Trainer::Settle() { SettleHeld(); }
+
+std::vector<StepMetrics> Trainer::TakeFinished() {
+  std::vector<StepMetrics> out;
+  out.swap(finished_);
+  return out;
+}
+
 double Trainer::Evaluate() {
+  Settle();
   torch::NoGradGuard no_grad;
   model_->eval();
   const data::Dataset& test = data_.test;

@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -143,8 +144,16 @@ class Trainer {
   // have registered, since the server's barrier counts registered workers only. Run calls it.
   void Connect() { Connect(opt_.resume); }
   // One training step on a batch (images [B, C, H, W], labels [B]); the step index is
-  // step() before the call. Requires Connect().
+  // step() before the call. Requires Connect(). Returns the step's loss, correct count and
+  // compute time at once; its whole row (bytes, exchange times) comes from TakeFinished, at
+  // once for the serial step, with cross-barrier (sync.cross_barrier) once the next Step's
+  // forward (or Settle) has its results.
   StepMetrics Step(const torch::Tensor& images, const torch::Tensor& labels);
+  // Completes a step whose results are still arriving (cross-barrier); a no-op otherwise.
+  // Evaluate, Parameters, WriteCheckpoint and Run call it themselves.
+  void Settle();
+  // The rows of the steps completed since the last call, in step order.
+  std::vector<StepMetrics> TakeFinished();
   // Test-set accuracy (0..1) in eval mode; leaves the model in train mode.
   double Evaluate();
   TrainSummary Run();
@@ -156,7 +165,7 @@ class Trainer {
   // its path ("" without a checkpoint directory).
   std::string WriteCheckpoint();
   models::Net& model() { return *model_; }
-  std::vector<torch::Tensor> Parameters() const;  // detached aliases, model order
+  std::vector<torch::Tensor> Parameters();  // detached aliases, model order (settled)
   const data::DatasetPair& data() const { return data_; }
   const TrainerOptions& options() const { return opt_; }
 
@@ -183,6 +192,10 @@ class Trainer {
   int64_t Rejoin(const Error& why);
   void RestoreCheckpoint(const Checkpoint& c);
   void AppendLine(const std::string& line);
+  // Step's parts: the exchange's counters into a row; the pending step settled into held_
+  // (returns the ms spent waiting for and applying it).
+  static void AddExchange(const StepStats& st, StepMetrics* m);
+  double SettleHeld();
   void WriteSummary(const TrainSummary& s) const;
 
   TrainerOptions opt_;
@@ -193,6 +206,8 @@ class Trainer {
   std::unique_ptr<ServerClient> client_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;  // not for exchange=weights
   std::unique_ptr<Exchange> exchange_;                  // the method (exchange.h)
+  std::optional<StepMetrics> held_;    // cross-barrier: the step whose results are arriving
+  std::vector<StepMetrics> finished_;  // complete rows not yet taken
   bool exchange_weights_ = false;
   bool connected_ = false;
   int64_t step_ = 0;

@@ -18,6 +18,7 @@ namespace gradpress::worker {
 
 std::string Trainer::WriteCheckpoint() {
   if (checkpoint_dir_.empty() || !connected_) return "";
+  Settle();  // the state after the step's update
   const int64_t at = server_step();
   if (at == last_checkpoint_) return "";
   Checkpoint c;
@@ -191,6 +192,7 @@ bool Trainer::LostByServer(const Error& e) {
 
 int64_t Trainer::Rejoin(const Error& why) {
   const int64_t before = step_;
+  held_.reset();  // a step whose exchange failed is not reported
   spdlog::warn("worker-{} step {}: the server lost this worker ({}); registering again", opt_.rank,
                step_, why.what());
   const bool shadow = ServerHasShadow();

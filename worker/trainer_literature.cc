@@ -9,6 +9,7 @@
 namespace gradpress::worker {
 
 void Trainer::SetPushCodec(const CompressionDecision& d, int64_t epoch) {
+  Settle();  // the codecs of a step still in flight stay until it ends
   client_->SetPushCodec(d.spec == "none" ? CodecSpec{} : ParseCodecShorthand(d.spec));
   if (epoch < 0) {
     spdlog::info("worker-{} push codec: {} (dynamic compression, rung {})", opt_.rank, d.spec,
@@ -27,6 +28,7 @@ void Trainer::SetPushCodec(const CompressionDecision& d, int64_t epoch) {
 }
 
 double Trainer::ProbeTrainLoss(int64_t max_images) {
+  Settle();
   torch::NoGradGuard no_grad;
   model_->eval();
   const data::Dataset& train = data_.train;

@@ -33,6 +33,32 @@ TrainSummary Trainer::Run() {
   Timer since_log;
   int64_t log_images = 0;
   int64_t done = 0;
+  // A step's row, once complete (cross-barrier: after the next step's forward).
+  auto account = [&](const StepMetrics& m, int64_t epoch) {
+    sum_up += m.bytes_up;
+    sum_down += m.bytes_down;
+    s.step_ms += m.step_ms;
+    s.compute_ms += m.compute_ms;
+    s.encode_ms += m.encode_ms;
+    s.decode_ms += m.decode_ms;
+    s.network_ms += m.network_ms;
+    s.wait_ms += m.wait_ms;
+    s.server_ms += m.server_ms;
+    s.exposed_comm_ms += m.exposed_comm_ms;
+    s.retries += m.retries;
+    AppendLine(StepJson(opt_.rank, m).Done());
+    if (c.train.log_every > 0 && m.step % c.train.log_every == 0) {
+      spdlog::info(
+          "worker-{} epoch {} step {} loss {:.4f} {:.0f} images/s up {} B down {} B per step "
+          "ratio {:.1f}/{:.1f}",
+          opt_.rank, epoch, m.step, m.loss, log_images / std::max(1e-9, since_log.ElapsedSeconds()),
+          m.bytes_up, m.bytes_down,
+          m.bytes_up ? static_cast<double>(dense_bytes_) / m.bytes_up : 0.0,
+          m.bytes_down ? static_cast<double>(dense_bytes_) / m.bytes_down : 0.0);
+      since_log.Restart();
+      log_images = 0;
+    }
+  };
   // Resume position: a worker that joined late starts at the server's step.
   for (int64_t epoch = step_ / steps_per_epoch; epoch < c.train.epochs; ++epoch) {
     Timer epoch_timer;
@@ -80,8 +106,16 @@ TrainSummary Trainer::Run() {
       rng_ = b.rng;  // the augmentation RNG after this batch (checkpointed with the step)
       if (i + 1 < steps_per_epoch) next = std::async(std::launch::async, load, i + 1, rng_);
       StepMetrics m;
+      bool checkpoint_now = false;
       try {
         m = Step(b.images, b.labels);
+        checkpoint_now = c.train.checkpoint_every > 0 && exchange_->since_exchange() == 0 &&
+                         server_step() % c.train.checkpoint_every == 0;
+        const bool last =
+            i + 1 == steps_per_epoch || (opt_.max_steps > 0 && done + 1 >= opt_.max_steps);
+        // Cross-barrier: the step's results arrive during the next forward; before anything
+        // else reads the weights they are settled here, where a lost server is handled.
+        if (last || checkpoint_now) Settle();
       } catch (const Error& e) {
         if (!LostByServer(e)) throw;
         const int64_t lost = Rejoin(e);
@@ -94,34 +128,11 @@ TrainSummary Trainer::Run() {
       correct += m.correct;
       seen += b.size;
       ++done;
-      if (c.train.checkpoint_every > 0 && exchange_->since_exchange() == 0 &&
-          server_step() % c.train.checkpoint_every == 0)
-        WriteCheckpoint();
-      sum_up += m.bytes_up;
-      sum_down += m.bytes_down;
-      s.step_ms += m.step_ms;
-      s.compute_ms += m.compute_ms;
-      s.encode_ms += m.encode_ms;
-      s.decode_ms += m.decode_ms;
-      s.network_ms += m.network_ms;
-      s.wait_ms += m.wait_ms;
-      s.server_ms += m.server_ms;
-      s.exposed_comm_ms += m.exposed_comm_ms;
-      s.retries += m.retries;
-      AppendLine(StepJson(opt_.rank, m).Done());
       log_images += b.size;
-      if (c.train.log_every > 0 && m.step % c.train.log_every == 0) {
-        spdlog::info(
-            "worker-{} epoch {} step {} loss {:.4f} {:.0f} images/s up {} B down {} B per step "
-            "ratio {:.1f}/{:.1f}",
-            opt_.rank, epoch, m.step, m.loss,
-            log_images / std::max(1e-9, since_log.ElapsedSeconds()), m.bytes_up, m.bytes_down,
-            m.bytes_up ? static_cast<double>(dense_bytes_) / m.bytes_up : 0.0,
-            m.bytes_down ? static_cast<double>(dense_bytes_) / m.bytes_down : 0.0);
-        since_log.Restart();
-        log_images = 0;
-      }
+      if (checkpoint_now) WriteCheckpoint();
+      for (const StepMetrics& row : TakeFinished()) account(row, epoch);
     }
+    for (const StepMetrics& row : TakeFinished()) account(row, epoch);
     if (rejoined) {
       // Back to the server's step: restart the loop at its epoch and batch.
       epoch = step_ / steps_per_epoch - 1;
@@ -159,6 +170,8 @@ TrainSummary Trainer::Run() {
     if (stop) break;
   }
   WriteCheckpoint();  // the end state (a no-op if the last step's checkpoint exists)
+  Settle();
+  for (const StepMetrics& row : TakeFinished()) account(row, c.train.epochs - 1);
   s.steps = done;
   const double d = std::max<int64_t>(1, done);
   s.bytes_up_per_step = sum_up / d;

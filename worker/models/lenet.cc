@@ -25,11 +25,16 @@ LeNetImpl::LeNetImpl(int64_t in_channels, int64_t image_size, int64_t classes) :
 }
 
 torch::Tensor LeNetImpl::forward(torch::Tensor x) {
+  Gate(*conv1_);
   x = F::max_pool2d(torch::relu(conv1_(x)), F::MaxPool2dFuncOptions(2));
+  Gate(*conv2_);
   x = F::max_pool2d(torch::relu(conv2_(x)), F::MaxPool2dFuncOptions(2));
   x = x.flatten(1);
+  Gate(*fc1_);
   x = torch::relu(fc1_(x));
+  Gate(*fc2_);
   x = torch::relu(fc2_(x));
+  Gate(*fc3_);
   return fc3_(x);
 }
 

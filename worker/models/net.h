@@ -26,6 +26,7 @@
 #include <torch/nn/module.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,11 +35,27 @@ namespace gradpress::worker::models {
 
 // Every model derives from Net, so the trainer holds a std::shared_ptr<Net> without AnyModule.
 // Module::name() is the model's registry name ("lenet", "vgg11", "resnet18", "resnet20").
+//
+// Layer gates (BytePS's cross-barrier, worker/exchange.h): forward calls the gate, if one is
+// set, with each layer before the layer reads its parameters, in the order it runs them; every
+// parameter belongs to a gated layer. The trainer waits there for that layer's new weights, so
+// the next forward starts while later layers' are still in flight.
 class Net : public torch::nn::Module {
  public:
+  using LayerGate = std::function<void(const torch::nn::Module& layer)>;
   explicit Net(std::string name) : torch::nn::Module(std::move(name)) {}
   // x: float32 [N, in_channels, image_size, image_size]; returns logits [N, classes].
   virtual torch::Tensor forward(torch::Tensor x) = 0;
+  // Set (or clear with {}) the gate; not thread-safe with forward.
+  void set_layer_gate(LayerGate gate) { gate_ = std::move(gate); }
+
+ protected:
+  void Gate(const torch::nn::Module& layer) {
+    if (gate_) gate_(layer);
+  }
+
+ private:
+  LayerGate gate_;
 };
 
 struct ModelInfo {

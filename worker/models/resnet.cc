@@ -84,9 +84,17 @@ ResNetImpl::ResNetImpl(const ResNetSpec& spec, int64_t in_channels, int64_t imag
 }
 
 torch::Tensor ResNetImpl::forward(torch::Tensor x) {
+  Gate(*conv1_);
+  Gate(*bn1_);
   x = torch::relu(bn1_(conv1_(x)));
-  for (auto& layer : layers_) x = layer->forward(x);
+  for (auto& layer : layers_) {
+    for (auto& block : *layer) {
+      Gate(*block.ptr());
+      x = block.forward(x);
+    }
+  }
   x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+  Gate(*linear_);
   return linear_(x);
 }
 

@@ -40,7 +40,12 @@ Vgg11Impl::Vgg11Impl(int64_t in_channels, int64_t image_size, int64_t classes) :
 }
 
 torch::Tensor Vgg11Impl::forward(torch::Tensor x) {
-  return classifier_(features_->forward(x).flatten(1));
+  for (auto& layer : *features_) {
+    Gate(*layer.ptr());
+    x = layer.forward(x);
+  }
+  Gate(*classifier_);
+  return classifier_(x.flatten(1));
 }
 
 }  // namespace gradpress::worker::models

@@ -1,3 +1,6 @@
+#include <algorithm>
+#include <map>
+
 #include "common/error.h"
 #include "tests/catch_torch.h"
 #include "worker/models/lenet.h"
@@ -189,6 +192,34 @@ TEST_CASE("LeNet overfits 64 random images", "[models]") {
   }
   INFO("loss " << loss_value << " after " << steps << " steps");
   CHECK(loss_value < 0.1f);
+}
+
+TEST_CASE("every model gates each parameter before it is read, in forward order", "[models]") {
+  // The cross-barrier (worker/exchange.h) waits in these gates for a layer's new weights: a
+  // parameter no gate names would be read before its bucket arrived.
+  for (const std::string name : {"lenet", "vgg11", "resnet18", "resnet20"}) {
+    INFO(name);
+    torch::manual_seed(0);
+    auto net = MakeModel(name, 3, 32, 10);
+    std::map<const c10::TensorImpl*, size_t> index;  // parameter -> model order
+    for (const auto& p : net->parameters()) index.emplace(p.unsafeGetTensorImpl(), index.size());
+    std::vector<size_t> gated;  // in the order the gates came
+    net->set_layer_gate([&](const torch::nn::Module& layer) {
+      for (const auto& p : layer.parameters()) gated.push_back(index.at(p.unsafeGetTensorImpl()));
+    });
+    torch::NoGradGuard no_grad;
+    net->forward(torch::randn({2, 3, 32, 32}));
+    std::vector<size_t> sorted = gated;
+    std::sort(sorted.begin(), sorted.end());
+    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+    CHECK(sorted.size() == index.size());  // every parameter, each gated once
+    CHECK(gated.size() == index.size());
+    CHECK(std::is_sorted(gated.begin(), gated.end()));  // model order = forward order here
+    net->set_layer_gate({});
+    gated.clear();
+    net->forward(torch::randn({2, 3, 32, 32}));
+    CHECK(gated.empty());
+  }
 }
 
 }  // namespace gradpress::worker::models

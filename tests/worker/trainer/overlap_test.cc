@@ -23,8 +23,9 @@ struct RunResult {
 };
 
 // Two workers as threads, `steps` steps on their shards of a synthetic set.
-RunResult Run(Config c, bool overlap, int64_t steps) {
+RunResult Run(Config c, bool overlap, int64_t steps, bool cross_barrier = true) {
   c.sync.overlap = overlap;
+  c.sync.cross_barrier = cross_barrier;
   Cluster cluster(server::StoreOptionsFromConfig(c));
   std::vector<std::unique_ptr<Trainer>> trainers;
   for (int r = 0; r < 2; ++r)
@@ -38,25 +39,27 @@ RunResult Run(Config c, bool overlap, int64_t steps) {
     const auto idx = worker::data::EpochIndices(train.size(), r, 2, 0, c.train.seed);
     for (int64_t s = 0; s < steps; ++s) {
       auto batch = worker::data::GatherBatch(train, idx, s * b, (s + 1) * b);
-      out.metrics[r].push_back(trainers[r]->Step(batch.images, batch.labels));
+      trainers[r]->Step(batch.images, batch.labels);
     }
+    trainers[r]->Settle();
+    out.metrics[r] = trainers[r]->TakeFinished();
   });
   for (const auto& p : trainers[0]->Parameters()) out.weights.push_back(p.clone());
   out.server_buckets = cluster.runner.store().buckets();
   return out;
 }
 
-Config MethodConfig(const std::string& exchange, const std::string& codecs) {
+Config MethodConfig(const std::string& exchange, const std::string& codecs,
+                    const std::string& model = "lenet", double bucket_mb = 0.02) {
   return ParseConfig(R"(
 name: overlap
-model: lenet
+model: )" + model + R"(
 dataset: {name: synthetic, subset: 1024, test_subset: 64}
 device: cpu
 train: {epochs: 1, batch_size: 16, lr: 0.05, momentum: 0.9, seed: 11, log_every: 0}
 cluster: {workers: 2}
 sync: {mode: sync, exchange: )" +
-                     exchange +
-                     R"(, bucket_mb: 0.02}
+                     exchange + ", bucket_mb: " + std::to_string(bucket_mb) + R"(}
 server: {deadline_s: 30, worker_timeout_s: 30}
 )" + codecs);
 }
@@ -75,8 +78,24 @@ TEST_CASE("buckets: reverse parameter order, whole keys, about bucket_mb each", 
   CHECK_THROWS_AS(worker::BucketExchange::Split(params, 0.0), InvalidArgument);
 }
 
-TEST_CASE("overlap on and off give bit-identical weights after 20 steps (methods 1, 3, 4, 5)",
-          "[overlap]") {
+double MaxDiff(const RunResult& a, const RunResult& b) {
+  REQUIRE(a.weights.size() == b.weights.size());
+  double diff = 0;
+  for (size_t i = 0; i < a.weights.size(); ++i)
+    diff = std::max(diff, (a.weights[i] - b.weights[i]).abs().max().item<double>());
+  return diff;
+}
+
+uint64_t BytesUp(const RunResult& r) {
+  uint64_t up = 0;
+  for (const auto& m : r.metrics[0]) up += m.bytes_up;
+  return up;
+}
+
+TEST_CASE(
+    "overlap on (with and without cross-barrier) and off give bit-identical weights after 20 "
+    "steps (methods 1, 3, 4, 5)",
+    "[overlap]") {
   const std::string qsgd = "{codec: qsgd, levels: 16}";
   const std::string topk = "{codec: topk, ratio: 0.05, then: {codec: qsgd}, error_feedback: true}";
   const std::vector<std::pair<std::string, Config>> methods{
@@ -87,29 +106,41 @@ TEST_CASE("overlap on and off give bit-identical weights after 20 steps (methods
   };
   for (const auto& [name, c] : methods) {
     SECTION(name) {
-      const RunResult on = Run(c, true, 20), off = Run(c, false, 20);
+      const RunResult cross = Run(c, true, 20), on = Run(c, true, 20, /*cross_barrier=*/false),
+                      off = Run(c, false, 20);
       CHECK(on.server_buckets > 2);  // LeNet at 0.02 MiB: several buckets
+      CHECK(cross.server_buckets == on.server_buckets);
       CHECK(off.server_buckets == 1);
-      REQUIRE(on.weights.size() == off.weights.size());
-      double diff = 0, moved = 0;
-      for (size_t i = 0; i < on.weights.size(); ++i) {
-        diff = std::max(diff, (on.weights[i] - off.weights[i]).abs().max().item<double>());
-        moved = std::max(moved, on.weights[i].abs().max().item<double>());
-      }
-      CHECK(diff == 0.0);
+      CHECK(MaxDiff(on, off) == 0.0);
+      CHECK(MaxDiff(cross, off) == 0.0);
+      double moved = 0;
+      for (const auto& w : off.weights) moved = std::max(moved, w.abs().max().item<double>());
       CHECK(moved > 0);
-      for (const auto& m : on.metrics[0]) {
-        CHECK(m.overlap);
-        CHECK(m.exposed_comm_ms >= 0);
+      // Every step has its whole row, in order, whichever step ran.
+      for (const RunResult* r : {&cross, &on, &off}) {
+        REQUIRE(r->metrics[0].size() == 20);
+        for (size_t s = 0; s < 20; ++s) {
+          CHECK(r->metrics[0][s].step == static_cast<int64_t>(s));
+          CHECK(r->metrics[0][s].bytes_up > 0);
+          CHECK(r->metrics[0][s].bytes_down > 0);
+          CHECK(r->metrics[0][s].exposed_comm_ms >= 0);
+          CHECK(r->metrics[0][s].overlap == (r != &off));
+        }
       }
       // Same bytes on the wire: the split changes where they go, not what they are.
-      uint64_t up_on = 0, up_off = 0;
-      for (const auto& m : on.metrics[0]) up_on += m.bytes_up;
-      for (const auto& m : off.metrics[0]) up_off += m.bytes_up;
-      CHECK(up_on == up_off);
-      CHECK_FALSE(off.metrics[0].front().overlap);
+      CHECK(BytesUp(on) == BytesUp(off));
+      CHECK(BytesUp(cross) == BytesUp(off));
     }
   }
+}
+
+TEST_CASE("cross-barrier gives the serial step's weights on a ResNet-20 (blocks gate as one)",
+          "[overlap]") {
+  const Config c = MethodConfig("gradients", "", "resnet20", 0.05);
+  const RunResult cross = Run(c, true, 4), off = Run(c, false, 4);
+  CHECK(cross.server_buckets > 2);
+  CHECK(MaxDiff(cross, off) == 0.0);
+  CHECK(BytesUp(cross) == BytesUp(off));
 }
 
 }  // namespace gradpress::testing
