@@ -51,6 +51,7 @@ class BucketsExchange : public Exchange {
   // The next step's lr waits until this step's results are applied and its pushes are out
   // (the buckets read the server's lr as they go).
   void SetLr(double lr) override {
+    next_lr_.reset();
     if (pending_)
       next_lr_ = lr;
     else
@@ -133,6 +134,7 @@ class BucketsExchange : public Exchange {
     return t.ElapsedMs();
   }
   void Drop() {
+    next_lr_.reset();  // the caller sets the lr of where it goes on
     if (!pending_) return;
     pending_ = false;
     try {

@@ -135,6 +135,12 @@ compress: {min_numel: 100})",
               12, ServerEnd::kFinalCheckpoint, 12);
 }
 
+TEST_CASE("resume: cross-barrier buckets (method 1, several buckets) continue exactly",
+          "[resume]") {
+  // A step's results arrive during the next forward: checkpoints settle them first.
+  CheckResume("sync: {mode: sync, exchange: weights, bucket_mb: 0.02}", 12, ServerEnd::kKilled, 10);
+}
+
 TEST_CASE("resume: a worker without a checkpoint of the server's step is refused", "[resume]") {
   Config c = MakeConfig("sync: {mode: sync, exchange: gradients}");
   c.server.worker_timeout_s = 2;    // worker-0 goes on alone once worker-1 has failed
@@ -363,6 +369,13 @@ TEST_CASE("resume: workers rejoin a restarted server and end as if it never died
 TEST_CASE("resume: workers rejoin a restarted server and end as if it never died (method 1)",
           "[resume][restart]") {
   CheckServerRestart("sync: {mode: sync, exchange: weights}");
+}
+
+TEST_CASE(
+    "resume: with cross-barrier buckets, workers rejoin a restarted server exactly (method 3)",
+    "[resume][restart]") {
+  // The failed step's error surfaces in the next forward's layer gates or in Run's settle.
+  CheckServerRestart("sync: {mode: sync, exchange: gradients, bucket_mb: 0.02}");
 }
 
 }  // namespace
