@@ -41,6 +41,10 @@ void AddTransportCommand(CLI::App& app);
 // threads) vs one process training the same total batch, in the same run (train_bench.cc).
 void AddTrainCommand(CLI::App& app);
 
+// `placement`: imbalance of each model's partitions over S server shards, largest-first bin
+// packing vs a BytePS-style hash (placement_bench.cc).
+void AddPlacementCommand(CLI::App& app);
+
 // Helpers shared by the subcommands (defined in codecs_bench.cc).
 
 // Median of v (the mean of the middle two for an even size); v must not be empty.
