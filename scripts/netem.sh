@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# Emulated slow links: the server and each worker in its own network namespace, each worker
-# joined to the server's namespace by its own veth pair, both ends capped with tc tbf (so every
-# worker has its own link of --rate in each direction, like a star of switch ports).
+# Emulated slow links: the server and each worker in its own network namespace, joined in
+# one of two topologies (--topology), every link capped with tc tbf at --rate each way:
+#   links  (default) each worker has its own veth pair into the server's namespace: the
+#          server's bandwidth grows with the workers, as if it had a port per worker.
+#   star   every host (the server, each worker) has one veth into a bridge in a switch
+#          namespace, capped at both ends: hosts behind a non-blocking switch, so all workers
+#          share the server's one link (its NIC), as on a real cluster.
 #
 #   scripts/netem.sh --rate 100mbit configs/vgg11_cifar10_m1.yaml --max-steps 5  # like run.sh
 #   scripts/netem.sh --rate 1gbit --delay-ms 5 --workers 2 CONFIG... [--set k=v]...
 #   scripts/netem.sh --rate 100mbit --workers 2 -- CMD ARGS...   # any command, see below
+#   scripts/netem.sh --topology star --rate 1gbit --workers 8 -- CMD ARGS...
 #   scripts/netem.sh --cleanup         # remove namespaces left by a netem.sh that was SIGKILLed
 #
 # Link options: --rate R (tc rate: 100mbit, 1gbit, 500kbit; "none" = no cap), --delay-ms D
@@ -26,8 +31,10 @@
 #
 # Command mode (after --): CMD runs in the host namespace with the links up and these set:
 #   NETEM_SERVER_NS    the server's namespace       NETEM_WORKER_NS   the workers', space-separated
-#   NETEM_SERVER_IPS   the server's address on each worker's link (space-separated, rank order)
+#   NETEM_SERVER_IPS   the server's address on each worker's link (space-separated, rank order;
+#                      star: the same address for every worker)
 #   NETEM_WORKER_IPS   each worker's address          NETEM_RATE       the rate
+#   NETEM_TOPOLOGY     links or star
 # e.g. `ip netns exec "$NETEM_SERVER_NS" CMD`. netem.sh exits with CMD's status.
 #
 # Every namespace (and with it its veth ends and qdiscs) is removed on exit, also when a run
@@ -38,6 +45,7 @@ cd "$(dirname "$0")/.."
 source scripts/lib/launch.sh
 
 rate=100mbit
+topology=links
 delay_ms=0
 jitter_ms=0
 reset_prob=0
@@ -52,6 +60,7 @@ cleanup_only=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rate) rate=$2; shift 2 ;;
+    --topology) topology=$2; shift 2 ;;
     --delay-ms) delay_ms=$2; shift 2 ;;
     --jitter-ms) jitter_ms=$2; shift 2 ;;
     --reset-prob) reset_prob=$2; shift 2 ;;
@@ -63,12 +72,13 @@ while [[ $# -gt 0 ]]; do
     --set=*) sets+=(--set "${1#--set=}"); shift ;;
     --cleanup) cleanup_only=1; shift ;;
     --) shift; cmd=("$@"); break ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
     -*) echo "netem.sh: unknown option '$1'" >&2; exit 2 ;;
     *) [[ -f "$1" ]] || { echo "netem.sh: no config file '$1'" >&2; exit 2; }
        configs+=("$1"); shift ;;
   esac
 done
+[[ "$topology" == links || "$topology" == star ]] || { echo "netem.sh: --topology is links or star, got '$topology'" >&2; exit 2; }
 [[ "$workers" =~ ^[1-9][0-9]*$ && $workers -le 250 ]] || { echo "netem.sh: --workers takes 1..250" >&2; exit 2; }
 [[ -z "$max_steps" || "$max_steps" =~ ^[1-9][0-9]*$ ]] || { echo "netem.sh: --max-steps takes a positive integer" >&2; exit 2; }
 for v in "$delay_ms" "$jitter_ms" "$reset_prob"; do
@@ -160,22 +170,54 @@ for ((r = 0; r < workers; r++)); do
   namespaces+=("$ns")
   worker_ns+=("$ns")
   ip -n "$ns" link set lo up
-  a=gp${id}s$r b=gp${id}w$r
-  a=${a:0:15} b=${b:0:15}
-  ip link add "$a" type veth peer name "$b"
-  ip link set "$a" netns "$server_ns"
-  ip link set "$b" netns "$ns"
-  sip=10.213.$r.1 wip=10.213.$r.2
-  ip -n "$server_ns" addr add "$sip/24" dev "$a"
-  ip -n "$ns" addr add "$wip/24" dev "$b"
-  ip -n "$server_ns" link set "$a" up
-  ip -n "$ns" link set "$b" up
-  cap_link "$server_ns" "$a"
-  cap_link "$ns" "$b"
-  server_ips+=("$sip")
-  worker_ips+=("$wip")
 done
-echo "netem.sh: $workers link(s) of ${rate} each way (tc tbf)$(
+
+if [[ "$topology" == links ]]; then
+  for ((r = 0; r < workers; r++)); do
+    a=gp${id}s$r b=gp${id}w$r
+    a=${a:0:15} b=${b:0:15}
+    ip link add "$a" type veth peer name "$b"
+    ip link set "$a" netns "$server_ns"
+    ip link set "$b" netns "${worker_ns[$r]}"
+    sip=10.213.$r.1 wip=10.213.$r.2
+    ip -n "$server_ns" addr add "$sip/24" dev "$a"
+    ip -n "${worker_ns[$r]}" addr add "$wip/24" dev "$b"
+    ip -n "$server_ns" link set "$a" up
+    ip -n "${worker_ns[$r]}" link set "$b" up
+    cap_link "$server_ns" "$a"
+    cap_link "${worker_ns[$r]}" "$b"
+    server_ips+=("$sip")
+    worker_ips+=("$wip")
+  done
+else
+  switch_ns=gpn-$id-x
+  ip netns add "$switch_ns"
+  namespaces=("$switch_ns" "${namespaces[@]}")  # torn down last
+  ip -n "$switch_ns" link add br0 type bridge
+  ip -n "$switch_ns" link set br0 up
+  # Host k (0: the server, 1 + r: worker r): one veth into the bridge, capped at the host's
+  # end (its uplink) and at the switch's port (its downlink).
+  attach() {  # namespace, host index, address
+    local h=gp${id}h$2 p=gp${id}p$2
+    h=${h:0:15} p=${p:0:15}
+    ip link add "$h" type veth peer name "$p"
+    ip link set "$h" netns "$1"
+    ip link set "$p" netns "$switch_ns"
+    ip -n "$switch_ns" link set "$p" master br0
+    ip -n "$switch_ns" link set "$p" up
+    ip -n "$1" addr add "$3/16" dev "$h"
+    ip -n "$1" link set "$h" up
+    cap_link "$1" "$h"
+    cap_link "$switch_ns" "$p"
+  }
+  attach "$server_ns" 0 10.214.0.1
+  for ((r = 0; r < workers; r++)); do
+    attach "${worker_ns[$r]}" $((r + 1)) "10.214.1.$((r + 1))"
+    server_ips+=(10.214.0.1)
+    worker_ips+=("10.214.1.$((r + 1))")
+  done
+fi
+echo "netem.sh: $topology topology, $workers worker(s), links of ${rate} each way (tc tbf)$(
   [[ $faults -eq 1 ]] && echo ", fault proxy: delay ${delay_ms} ms + jitter < ${jitter_ms} ms, reset probability ${reset_prob}/chunk")" >&2
 
 # A fault proxy in worker r's namespace: 127.0.0.1:<port> there -> the server over the link.
@@ -194,7 +236,8 @@ start_proxy() {  # rank, server port, log; prints the address the worker should 
 
 if [[ ${#cmd[@]} -gt 0 ]]; then
   export NETEM_SERVER_NS=$server_ns NETEM_WORKER_NS="${worker_ns[*]}" \
-    NETEM_SERVER_IPS="${server_ips[*]}" NETEM_WORKER_IPS="${worker_ips[*]}" NETEM_RATE=$rate
+    NETEM_SERVER_IPS="${server_ips[*]}" NETEM_WORKER_IPS="${worker_ips[*]}" NETEM_RATE=$rate \
+    NETEM_TOPOLOGY=$topology
   rc=0
   "${cmd[@]}" || rc=$?
   exit "$rc"
@@ -222,8 +265,8 @@ for cfg in "${configs[@]}"; do
   run_dir=$runs_root/${name:-run}/$(date +%Y%m%d-%H%M%S)
   while [[ -e "$run_dir" ]]; do sleep 1; run_dir=$runs_root/${name:-run}/$(date +%Y%m%d-%H%M%S); done
   mkdir -p "$run_dir"
-  printf 'rate: %s\ndelay_ms: %s\njitter_ms: %s\nreset_prob: %s\nworkers: %s\nmax_steps: %s\n' \
-    "$rate" "$delay_ms" "$jitter_ms" "$reset_prob" "$workers" "${max_steps:-none}" >"$run_dir/link.txt"
+  printf 'rate: %s\ntopology: %s\ndelay_ms: %s\njitter_ms: %s\nreset_prob: %s\nworkers: %s\nmax_steps: %s\n' \
+    "$rate" "$topology" "$delay_ms" "$jitter_ms" "$reset_prob" "$workers" "${max_steps:-none}" >"$run_dir/link.txt"
   echo "== $cfg -> $run_dir ($workers workers, $rate links)" >&2
   ip netns exec "$server_ns" "$server_bin" --config "$cfg" "${all_sets[@]}" --listen 0.0.0.0:0 \
     --workers "$workers" --run-dir "$run_dir" --log-file "$run_dir/server.log" \

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/netem.sh for real: namespaces and veth links come up, tc tbf really caps each
-# direction at the rate (a timed transfer), the fault proxy really delays and resets, a short
+# direction at the rate (a timed transfer), the star topology makes two workers share the
+# server's one link while separate links do not, the fault proxy really delays and resets, a short
 # server + worker run trains through it, and every namespace is gone afterwards, also after a
 # failing command and after a command that leaves a process behind in a namespace.
 # Without root / CAP_NET_ADMIN it says so loudly and exits 77 (ctest reports it skipped).
@@ -56,6 +57,21 @@ buf = b"x" * (1 << 16); left = int(sys.argv[3])
 while left > 0:
     c.sendall(buf[:min(left, len(buf))]); left -= min(left, len(buf))
 c.close()
+PY
+# The same, printing bytes and the monotonic times of the first and the last byte (one clock
+# for every namespace), to add up concurrent transfers.
+cat >"$out/recvt.py" <<'PY'
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(1)
+open(sys.argv[3], "w").write("ready\n")
+c, _ = s.accept(); n = 0; t0 = None
+while True:
+    d = c.recv(1 << 16)
+    if not d: break
+    if t0 is None: t0 = time.monotonic()
+    n += len(d)
+print(f"{n} {t0:.6f} {time.monotonic():.6f}")
 PY
 cat >"$out/echo.py" <<'PY'
 import socket, sys
@@ -115,6 +131,38 @@ for dir in up down; do
   echo "netem_test: $dir: $n bytes in $secs s = $mbit Mbit/s through a 50mbit link"
   awk -v m="$mbit" 'BEGIN { exit !(m > 35 && m < 55) }' || fail "$dir rate $mbit Mbit/s is not about 50"
 done
+
+# 1b. Two workers push 4 MB each to the server at once, 50 Mbit/s links. Star: they share
+#     the server's link (together about 50 Mbit/s); links: each has its own (about 100).
+cat >"$out/share.sh" <<'SH'
+set -euo pipefail
+read -r s0 s1 <<<"$NETEM_SERVER_IPS"  # the server's address on each worker's link
+read -r w0 w1 <<<"$NETEM_WORKER_NS"
+echo $NETEM_SERVER_NS $NETEM_WORKER_NS >>"$OUTDIR/ns1b"
+rm -f "$OUTDIR/r0" "$OUTDIR/r1"
+ip netns exec "$NETEM_SERVER_NS" python3 "$OUTDIR/recvt.py" 0.0.0.0 9010 "$OUTDIR/r0" >"$OUTDIR/$NETEM_TOPOLOGY.0" &
+ip netns exec "$NETEM_SERVER_NS" python3 "$OUTDIR/recvt.py" 0.0.0.0 9011 "$OUTDIR/r1" >"$OUTDIR/$NETEM_TOPOLOGY.1" &
+for _ in $(seq 50); do [[ -f "$OUTDIR/r0" && -f "$OUTDIR/r1" ]] && break; sleep 0.1; done
+ip netns exec "$w0" python3 "$OUTDIR/send.py" "$s0" 9010 4000000 &
+ip netns exec "$w1" python3 "$OUTDIR/send.py" "$s1" 9011 4000000 &
+wait
+SH
+for topo in star links; do
+  OUTDIR=$out bash "$netem" --topology "$topo" --rate 50mbit --workers 2 -- bash "$out/share.sh" \
+    || fail "$topo share run failed"
+  together=$(cat "$out/$topo.0" "$out/$topo.1" |
+    awk '{ n += $1; if (NR == 1 || $2 < a) a = $2; if ($3 > b) b = $3 } END { printf "%.1f", n * 8 / (b - a) / 1e6 }')
+  echo "netem_test: $topo: two workers pushing at once: $together Mbit/s together (links of 50mbit)"
+  eval "${topo}_mbit=$together"
+done
+gone "$out/ns1b"
+awk -v m="$star_mbit" 'BEGIN { exit !(m > 35 && m < 58) }' || fail "star: $star_mbit Mbit/s together, expected about 50 (one shared server link)"
+awk -v m="$links_mbit" 'BEGIN { exit !(m > 75) }' || fail "links: $links_mbit Mbit/s together, expected about 100 (a link each)"
+grep -q "topology: star" <(bash "$netem" --topology star --rate 1gbit --workers 1 -- bash -c 'echo topology: $NETEM_TOPOLOGY') \
+  || fail "NETEM_TOPOLOGY not set"
+rc=0
+bash "$netem" --topology ring --workers 1 -- true >/dev/null 2>&1 || rc=$?
+[[ $rc -eq 2 ]] || fail "--topology ring: exit $rc, expected 2"
 
 # 2. The fault proxy: 100 ms each way -> a round trip of about 200 ms; reset probability 1
 #    -> the connection is reset.
