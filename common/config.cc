@@ -41,6 +41,12 @@ void ApplyMap(const YAML::Node& map, const std::string& prefix, std::vector<Conf
     if (ConfigField* f = detail::FindField(fields, key)) {
       if (f->codec) {
         *f->codec = ParseCodecSpec(value, key, src);
+      } else if (f->list && value.IsSequence()) {
+        const std::string where = src.AtKey(value, key);
+        std::string joined;
+        for (const auto& item : value)
+          joined += (joined.empty() ? "" : ",") + YamlScalar(item, where);
+        f->set(joined, where);
       } else {
         const std::string where = src.AtKey(value, key);
         f->set(YamlScalar(value, where), where);
@@ -266,6 +272,44 @@ Identity ResolveIdentity(std::optional<int> rank_flag, std::optional<int> worker
                           " (from " + workers_from + ")");
   }
   return id;
+}
+
+void ResolveShard(std::optional<int> shard_flag, std::optional<int> shards_flag,
+                  const Config& config, int* shard, int* shards) {
+  std::string shard_from = "the default", shards_from = "cluster.servers";
+  *shard = 0;
+  *shards = std::max<int>(1, config.cluster.servers.size());
+  if (shards_flag) {
+    shards_from = "--shards";
+    *shards = detail::ParseIntValue(std::to_string(*shards_flag), shards_from, 1, 4096);
+  } else if (auto env = FirstEnv({"GRADPRESS_SHARDS"})) {
+    shards_from = "$GRADPRESS_SHARDS";
+    *shards = detail::ParseIntValue(env->second, shards_from, 1, 4096);
+  }
+  if (shard_flag) {
+    shard_from = "--shard";
+    *shard = detail::ParseIntValue(std::to_string(*shard_flag), shard_from, 0, INT32_MAX);
+  } else if (auto env = FirstEnv({"GRADPRESS_SHARD"})) {
+    shard_from = "$GRADPRESS_SHARD";
+    *shard = detail::ParseIntValue(env->second, shard_from, 0, INT32_MAX);
+  }
+  if (*shard >= *shards) {
+    throw InvalidArgument("shard " + std::to_string(*shard) + " (from " + shard_from +
+                          ") must be below the number of shards " + std::to_string(*shards) +
+                          " (from " + shards_from + ")");
+  }
+}
+
+std::vector<std::string> ResolveServers(const Config& config) {
+  if (auto env = FirstEnv({"GRADPRESS_SERVERS"})) {
+    Config c;
+    detail::ConfigField* f = nullptr;
+    auto fields = detail::ConfigFields(c);
+    f = detail::FindField(fields, "cluster.servers");
+    f->set(env->second, "$GRADPRESS_SERVERS");
+    return c.cluster.servers;
+  }
+  return config.cluster.servers;
 }
 
 }  // namespace gradpress

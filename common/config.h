@@ -51,6 +51,12 @@ struct TrainConfig {
 struct ClusterConfig {
   std::string server = "127.0.0.1:50051";  // host:port the workers dial
   int workers = 2;
+  // Sharded servers: shard i at servers[i] (empty: the one cluster.server). In YAML a list,
+  // on the command line "a:1,b:2" or "[a:1, b:2]".
+  std::vector<std::string> servers;
+  // Tensors over this many MiB are cut into partitions, each a key of its own, whatever the
+  // number of servers (<= 0: never cut); see transport/placement.h.
+  double partition_mb = 4;
 };
 
 struct SyncConfig {
@@ -185,5 +191,14 @@ struct Identity {
 // value that is not an integer / host:port, and for rank >= workers.
 Identity ResolveIdentity(std::optional<int> rank_flag, std::optional<int> workers_flag,
                          std::optional<std::string> server_flag, const Config& config);
+
+// A server's shard: --shard / --shards, else $GRADPRESS_SHARD / $GRADPRESS_SHARDS, else shard 0
+// of max(1, cluster.servers' length). Throws InvalidArgument naming the flag or variable for
+// a value that is not an integer, shards < 1 or shard outside [0, shards).
+void ResolveShard(std::optional<int> shard_flag, std::optional<int> shards_flag,
+                  const Config& config, int* shard, int* shards);
+// The workers' shard servers: $GRADPRESS_SERVERS ("a:1,b:2") else cluster.servers (empty:
+// one server, Identity::server). Checks every host:port.
+std::vector<std::string> ResolveServers(const Config& config);
 
 }  // namespace gradpress

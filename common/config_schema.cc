@@ -114,6 +114,32 @@ ConfigField String(const std::string& key, std::string* p,
 
 ConfigField Codec(const std::string& key, CodecSpec* p) { return {key, nullptr, nullptr, p}; }
 
+// A list of strings: "a,b", "[a, b]" or a YAML list; each item checked.
+ConfigField StringList(const std::string& key, std::vector<std::string>* p,
+                       std::function<void(const std::string&, const std::string&)> check) {
+  ConfigField f{key,
+                [=](const std::string& raw, const std::string& where) {
+                  std::string s = Trim(raw);
+                  if (s.size() >= 2 && s.front() == '[' && s.back() == ']')
+                    s = s.substr(1, s.size() - 2);
+                  std::vector<std::string> items;
+                  size_t begin = 0;
+                  while (!Trim(s).empty() && begin <= s.size()) {
+                    const size_t comma = std::min(s.find(',', begin), s.size());
+                    const std::string item = Trim(s.substr(begin, comma - begin));
+                    if (item.empty())
+                      throw InvalidArgument(where + ": an empty item in '" + raw + "'");
+                    check(item, where);
+                    items.push_back(item);
+                    begin = comma + 1;
+                  }
+                  *p = items;
+                },
+                [=] { return Join(*p); }};
+  f.list = true;
+  return f;
+}
+
 // Optimal-string-alignment distance: edits, with a swap of neighbours counting as one.
 size_t EditDistance(const std::string& a, const std::string& b) {
   std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
@@ -203,6 +229,8 @@ std::vector<ConfigField> ConfigFields(Config& c) {
       Int("train.checkpoint_keep", &c.train.checkpoint_keep, 1),
       String("cluster.server", &c.cluster.server, address(1)),
       Int("cluster.workers", &c.cluster.workers, 1),
+      StringList("cluster.servers", &c.cluster.servers, address(1)),
+      Double("cluster.partition_mb", &c.cluster.partition_mb, 0),
       OneOf("sync.mode", &c.sync.mode, {"sync", "async"}),
       OneOf("sync.exchange", &c.sync.exchange, {"gradients", "weights", "gaussian"}),
       Int("sync.every", &c.sync.every, 1),

@@ -21,6 +21,7 @@ struct ConfigField {
   std::function<void(const std::string& raw, const std::string& where)> set;  // parse, check
   std::function<std::string()> get;  // scalar text that `set` reads back to the same value
   CodecSpec* codec = nullptr;        // push / pull: a codec block instead of a scalar
+  bool list = false;                 // a YAML list is read as its items joined by ","
 };
 
 // The keys of `config` in the order ToYaml writes them; the functions refer to `config`.

@@ -58,8 +58,26 @@ int ParameterStore::buckets() const {
 RegisterResult ParameterStore::Register(const WorkerId& w, const std::vector<TensorSpec>& model,
                                         const std::string& config_hash,
                                         const std::vector<int>& bucket_keys) {
+  return Register(w, model, config_hash, bucket_keys, ShardClaim{});
+}
+
+RegisterResult ParameterStore::Register(const WorkerId& w, const std::vector<TensorSpec>& model,
+                                        const std::string& config_hash,
+                                        const std::vector<int>& bucket_keys,
+                                        const ShardClaim& shard) {
   std::lock_guard<std::mutex> lock(mu_);
   GP_ENFORCE(!w.name.empty(), "worker_id must not be empty");
+  const int shards = shard.shards == 0 ? 1 : shard.shards;
+  GP_REFUSE(FailedPrecondition, Reason::kConfigMismatch,
+            shards == opt_.shards && shard.shard == opt_.shard, "worker '", w.name,
+            "' registers for shard ", shard.shard, " of ", shards, "; this server is shard ",
+            opt_.shard, " of ", opt_.shards,
+            " (cluster.servers must list the shards in --shard order)");
+  GP_REFUSE(FailedPrecondition, Reason::kConfigMismatch,
+            !placement_set_ || shard.placement_hash == placement_hash_, "worker '", w.name,
+            "' places the model's partitions differently (placement hash ", shard.placement_hash,
+            ", first worker's ", placement_hash_,
+            "): every worker needs the same model, cluster.servers and cluster.partition_mb");
   GP_ENFORCE(!model.empty(), "worker '", w.name, "' registered an empty model");
   if (!bucket_keys.empty()) {
     int64_t total = 0;
@@ -115,6 +133,10 @@ RegisterResult ParameterStore::Register(const WorkerId& w, const std::vector<Ten
               "' splits the ", "model into ", std::max<size_t>(1, split.size()),
               " buckets, the first worker ", "into ", std::max<size_t>(1, agg_.split().size()),
               " (sync.bucket_mb differs)");
+  }
+  if (!placement_set_) {
+    placement_hash_ = shard.placement_hash;
+    placement_set_ = true;
   }
   const Member& m = members_.Join(w, step_);
   return {m.rank, opt_.workers, step_, model_.initialized};

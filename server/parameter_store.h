@@ -56,6 +56,9 @@ class ParameterStore {
   ~ParameterStore();
 
   RegisterResult Register(const WorkerId& w, const std::vector<TensorSpec>& model,
+                          const std::string& config_hash, const std::vector<int>& bucket_keys,
+                          const ShardClaim& shard);
+  RegisterResult Register(const WorkerId& w, const std::vector<TensorSpec>& model,
                           const std::string& config_hash, const std::vector<int>& bucket_keys = {});
   // Buckets of the registered split (1 without one).
   int buckets() const;
@@ -197,7 +200,9 @@ class ParameterStore {
   ModelState model_;
   Aggregation agg_;
   Elections elections_;
-  int64_t step_ = 0;  // steps every lane completed (sync: the open step)
+  int64_t step_ = 0;             // steps every lane completed (sync: the open step)
+  uint64_t placement_hash_ = 0;  // the first registration's (sharded servers)
+  bool placement_set_ = false;
   int64_t last_checkpoint_step_ = -1;
   StoreStats stats_;
   double total_server_ms_ = 0;

@@ -43,15 +43,21 @@ int main(int argc, char** argv) {
   std::string config_path, listen, log_level = "info", log_file, run_dir, checkpoint_dir;
   std::string port_file;
   std::string resume = "never";
-  std::optional<int> workers;
+  std::optional<int> workers, shard, shards;
   std::vector<std::string> overrides;
   app.add_option("--config", config_path, "experiment YAML (defaults apply without one)");
   app.add_option("--listen", listen, "host:port to serve (default: server.listen)");
   app.add_option("--workers", workers, "workers to expect (default: cluster.workers)");
+  app.add_option("--shard", shard, "this server's shard index (default: $GRADPRESS_SHARD, else 0)");
+  app.add_option("--shards", shards,
+                 "shard count (default: $GRADPRESS_SHARDS, else the length of cluster.servers, "
+                 "else 1)");
   app.add_option("--set", overrides, "override a config key, e.g. --set server.threads=4");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
   app.add_option("--log-file", log_file, "also log to this file");
-  app.add_option("--run-dir", run_dir, "run directory: checkpoints go to <run-dir>/ckpt/server");
+  app.add_option("--run-dir", run_dir,
+                 "run directory: checkpoints go to <run-dir>/ckpt/server (server-<i> for shard i "
+                 "of several)");
   app.add_option("--checkpoint-dir", checkpoint_dir, "checkpoint directory (overrides --run-dir)");
   app.add_option("--resume", resume, "auto | never | a checkpoint file to restore");
   app.add_option("--port-file", port_file,
@@ -69,7 +75,12 @@ int main(int argc, char** argv) {
     if (listen.empty()) listen = config.server.listen;
     gradpress::server::StoreOptions store_options =
         gradpress::server::StoreOptionsFromConfig(config);
-    if (checkpoint_dir.empty() && !run_dir.empty()) checkpoint_dir = run_dir + "/ckpt/server";
+    gradpress::ResolveShard(shard, shards, config, &store_options.shard, &store_options.shards);
+    // Shard 0 of 1 keeps the unsharded layout; shard i of S > 1 checkpoints in server-<i>.
+    const std::string ckpt_name = store_options.shards > 1
+                                      ? "server-" + std::to_string(store_options.shard)
+                                      : std::string("server");
+    if (checkpoint_dir.empty() && !run_dir.empty()) checkpoint_dir = run_dir + "/ckpt/" + ckpt_name;
     store_options.checkpoint_dir = checkpoint_dir;
     std::optional<gradpress::Checkpoint> restore;
     if (resume == "auto") {
@@ -96,11 +107,14 @@ int main(int argc, char** argv) {
     }
     std::unique_ptr<gradpress::server::MetricsHttp> metrics;
     if (config.server.metrics_port > 0) {
+      const int metrics_port = config.server.metrics_port + store_options.shard;  // one a shard
       metrics = std::make_unique<gradpress::server::MetricsHttp>(
           [&] { return runner.store().Stats().Prometheus(); });
-      metrics->Start("0.0.0.0", config.server.metrics_port);
-      spdlog::info("Prometheus metrics on :{}/metrics", config.server.metrics_port);
+      metrics->Start("0.0.0.0", metrics_port);
+      spdlog::info("Prometheus metrics on :{}/metrics", metrics_port);
     }
+    if (store_options.shards > 1)
+      spdlog::info("shard {} of {}", store_options.shard, store_options.shards);
     spdlog::info("job '{}': {} workers, {} mode, exchange {}, pull {}", config.name,
                  config.cluster.workers, config.sync.mode, config.sync.exchange, config.pull.codec);
     while (!g_signal) std::this_thread::sleep_for(std::chrono::milliseconds(100));

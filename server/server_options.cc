@@ -7,6 +7,7 @@ namespace gradpress::server {
 StoreOptions StoreOptionsFromConfig(const Config& c) {
   StoreOptions o;
   o.workers = c.cluster.workers;
+  o.shards = std::max<int>(1, c.cluster.servers.size());  // this one's index: --shard
   o.async = c.sync.mode == "async";
   o.exchange_weights = c.sync.exchange == "weights";
   o.sgd = {c.train.lr, c.train.momentum, c.train.weight_decay, c.train.nesterov};

@@ -18,6 +18,7 @@ using compressors::TensorSpec;
 
 struct StoreOptions {
   int workers = 2;                // workers expected to register
+  int shard = 0, shards = 1;      // this server is shard `shard` of `shards` (--shard/--shards)
   bool async = false;             // sync barrier, or apply each push at once
   bool exchange_weights = false;  // server steps SGD and returns weights (methods 1-2)
   SgdOptions sgd;                 // used when exchange_weights
@@ -37,6 +38,14 @@ struct StoreOptions {
   // Weights() serves what the workers hold -- a lone restarted worker pulls it.
   bool shadow_weights = false;
   SgdOptions shadow_sgd;  // its lr is replaced by a push's lr when one is sent
+};
+
+// What a worker says of the shard it registers with (RegisterRequest.shard, shards,
+// placement_hash); shards 0 = an unsharded client.
+struct ShardClaim {
+  int shard = 0;
+  int shards = 0;
+  uint64_t placement_hash = 0;
 };
 
 struct RegisterResult {

@@ -68,6 +68,9 @@ RegisterInfo PsClient::Register(const std::vector<TensorSpec>& model,
   req.set_worker_id(opt_.worker_id);
   req.set_incarnation(opt_.incarnation);
   req.set_config_hash(opt_.config_hash);
+  req.set_shard(opt_.shard);
+  req.set_shards(opt_.shards);
+  req.set_placement_hash(opt_.placement_hash);
   for (const auto& s : model) transport::ToProto(s, req.add_model());
   proto::RegisterReply reply = WithRetry(*impl_, opt_, "Register", [&](grpc::ClientContext* ctx) {
     proto::RegisterReply r;

@@ -51,6 +51,8 @@ struct ClientOptions {
   double heartbeat_s = 0;          // > 0 (gRPC): a background Heartbeat this often after
                                    // Register, so long local phases do not look silent
   SecurityConfig security;         // TLS, token (gRPC; default: plaintext, no token)
+  int shard = 0, shards = 1;       // sharded servers: which shard this client talks to
+  uint64_t placement_hash = 0;     // ... and the placement it registers with
   transport::FaultOptions faults;  // injected per attempt (gRPC; default: none)
 };
 
@@ -149,16 +151,16 @@ class ServerClient {
   const std::vector<TensorSpec>& model() const { return model_; }
   // Checkpoints: the push codecs' state per key. LoadState needs Register (same model); a
   // state that does not fit throws InvalidArgument and changes nothing.
-  std::string SaveState() const;
-  void LoadState(std::string_view state);
+  virtual std::string SaveState() const;
+  virtual void LoadState(std::string_view state);
   // Replaces the push codec of every compressed key (dynamic compression); fresh state.
-  void SetPushCodec(const CodecSpec& push);
+  virtual void SetPushCodec(const CodecSpec& push);
   // Sets the density of every compressed key's sparsifier, keeping all state (DGC warm-up).
   // False if the push codec has no density.
-  bool SetPushDensity(double ratio);
+  virtual bool SetPushDensity(double ratio);
   // exchange=weights: the lr of the server's SGD for the steps this client's next pushes
   // complete (the worker's schedule); never set = the server's train.lr.
-  void set_server_lr(double lr) { server_lr_ = lr; }
+  virtual void set_server_lr(double lr) { server_lr_ = lr; }
   const ClientOptions& options() const { return opt_; }
 
   // For the carriers: key i's push codec; the shared decoder of a codec (thread-safe);

@@ -25,6 +25,7 @@
 #include "worker/lr_schedule.h"
 #include "worker/models/model_factory.h"
 #include "worker/ps_client.h"
+#include "worker/sharded_client.h"
 
 namespace gradpress::worker {
 namespace {
@@ -108,7 +109,16 @@ Trainer::Trainer(TrainerOptions options)
   co.heartbeat_s = c.server.worker_timeout_s / 4;
   co.security = c.security;                        // $GRADPRESS_TOKEN is read by the client
   co.faults = transport::ResolveFaults(c.faults);  // $GRADPRESS_FAULTS overrides the config
-  client_ = opt_.make_client ? opt_.make_client(co) : std::make_unique<PsClient>(co);
+  auto make_one = [this](const ClientOptions& o) -> std::unique_ptr<ServerClient> {
+    return opt_.make_client ? opt_.make_client(o) : std::make_unique<PsClient>(o);
+  };
+  // Shards, or tensors cut into partitions: the sharded client (one inner client a shard).
+  std::vector<std::string> servers = c.cluster.servers;
+  if (servers.empty()) servers = {co.server};
+  if (ShardedClient::Needed(params_, servers.size(), c.cluster.partition_mb))
+    client_ = std::make_unique<ShardedClient>(co, servers, c.cluster.partition_mb, make_one);
+  else
+    client_ = make_one(co);
   exchange_ = MakeExchange({&opt_.config, opt_.rank, client_.get(), &params_, optimizer_.get()});
   if (exchange_->defers())
     model_->set_layer_gate(

@@ -92,6 +92,7 @@ int main(int argc, char** argv) {
     }
     id = gradpress::ResolveIdentity(rank, workers, server, config);
     config.cluster.workers = id.workers;  // the job's world size, as the server expects it
+    config.cluster.servers = gradpress::ResolveServers(config);  // shards, if any
     // Logs go to stderr; scripts/run.sh captures them as <run-dir>/worker-<rank>.log.
     gradpress::SetupLogging(log_level, "", "worker-" + std::to_string(id.rank));
     if (resume == "auto" && run_dir.empty() && checkpoint_dir.empty()) {

@@ -2,23 +2,24 @@
 # (source it; bash). Each caller starts the processes its own way (netem.sh inside network
 # namespaces) and hands the pids here.
 #
-#   gp_server_port RUN_DIR SERVER_PID     -> prints the port the server says it listens on
+#   gp_server_port RUN_DIR SERVER_PID [OUT] -> the port the server says it listens on (in
+#                                            RUN_DIR/OUT, default server.out)
 #   gp_follow RUN_DIR WORKER0_PID         -> worker 0's newest progress line, while it runs
 #   gp_wait_workers WHO RUN_DIR PID...    -> waits for every worker; status 1 if one failed
 #   gp_stop_server SERVER_PID             -> SIGTERM (final checkpoint), then waits
 
-# Waits up to 30 s for "listening on port N" in RUN_DIR/server.out; status 1 (with the
-# server's output on stderr) if the server exits or never says it.
+# Waits up to 30 s for "listening on port N" in RUN_DIR/server.out (or OUT); status 1 (with
+# the server's output on stderr) if the server exits or never says it.
 gp_server_port() {
-  local run_dir=$1 pid=$2 port=""
+  local run_dir=$1 pid=$2 out=${3:-server.out} port=""
   for _ in $(seq 300); do
-    port=$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$run_dir/server.out" | head -1)
+    port=$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$run_dir/$out" | head -1)
     [[ -n "$port" ]] && break
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
   if [[ -z "$port" ]]; then
-    cat "$run_dir/server.out" >&2
+    cat "$run_dir/$out" >&2
     return 1
   fi
   echo "$port"

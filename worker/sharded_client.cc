@@ -1,0 +1,308 @@
+#include "worker/sharded_client.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "common/byte_io.h"
+#include "common/error.h"
+#include "common/shape.h"
+
+namespace gradpress::worker {
+namespace {
+
+// Several shards' stats of one call: bytes, retries and CPU times add up; the calls ran at
+// once, so their wall times (network, wait, server) are the longest one's.
+void Merge(const StepStats& s, bool first, StepStats* into) {
+  into->bytes_up += s.bytes_up;
+  into->bytes_down += s.bytes_down;
+  into->encode_ms += s.encode_ms;
+  into->decode_ms += s.decode_ms;
+  into->network_ms = std::max(into->network_ms, s.network_ms);
+  into->wait_ms = std::max(into->wait_ms, s.wait_ms);
+  into->server_ms = std::max(into->server_ms, s.server_ms);
+  into->server_step = first ? s.server_step : std::min(into->server_step, s.server_step);
+  into->contributors = first ? s.contributors : std::min(into->contributors, s.contributors);
+  into->duplicate = first ? s.duplicate : into->duplicate && s.duplicate;
+  into->retries += s.retries;
+}
+
+// One bucket's uplink turn shared by its shards' calls: the first to take it takes the
+// caller's turn, the last to give it back gives it back.
+class SharedTurn : public Uplink {
+ public:
+  explicit SharedTurn(Uplink* parent) : parent_(parent) {}
+  void Acquire() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (holders_++ == 0 && parent_) parent_->Acquire();
+  }
+  void Release() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--holders_ == 0 && parent_) parent_->Release();
+  }
+
+ private:
+  Uplink* parent_;
+  std::mutex mu_;
+  int holders_ = 0;
+};
+
+}  // namespace
+
+ShardedClient::ShardedClient(ClientOptions options, std::vector<std::string> servers,
+                             double partition_mb, ShardFactory make_shard)
+    : ServerClient(std::move(options)),
+      servers_(std::move(servers)),
+      partition_mb_(partition_mb),
+      make_shard_(std::move(make_shard)) {
+  GP_ENFORCE(!servers_.empty(), "cluster.servers is empty");
+  GP_ENFORCE(make_shard_, "ShardedClient needs a shard factory");
+}
+
+ShardedClient::~ShardedClient() = default;
+
+bool ShardedClient::Needed(const std::vector<torch::Tensor>& params, size_t servers,
+                           double partition_mb) {
+  if (servers > 1) return true;
+  if (partition_mb <= 0) return false;
+  for (const auto& p : params)
+    if (4.0 * static_cast<double>(p.numel()) > partition_mb * (1 << 20)) return true;
+  return false;
+}
+
+RegisterInfo ShardedClient::Register(const std::vector<TensorSpec>& model,
+                                     const std::vector<int>& bucket_keys) {
+  const int S = static_cast<int>(servers_.size());
+  std::vector<transport::NamedSize> sizes;
+  for (const auto& t : model) sizes.push_back({t.key, NumelOf(t.shape)});
+  placement_ = transport::PlaceLargestFirst(sizes, S, partition_mb_);
+  const auto buckets = SplitBuckets(model, bucket_keys);
+  // Each part's bucket: the bucket of its tensor.
+  std::vector<int> bucket_of_tensor(model.size());
+  for (size_t b = 0; b < buckets.size(); ++b)
+    for (size_t t = buckets[b].first; t < buckets[b].second; ++t) bucket_of_tensor[t] = b;
+  parts_of_.assign(S, {});
+  local_bucket_.assign(buckets.size(), std::vector<int>(S, -1));
+  std::vector<std::vector<TensorSpec>> specs(S);
+  std::vector<std::vector<int>> split(S);  // per shard: parts per local bucket
+  for (size_t i = 0; i < placement_.parts.size(); ++i) {
+    const transport::PlacedPart& part = placement_.parts[i];
+    const TensorSpec& whole = model[part.tensor];
+    const bool cut = part.numel != NumelOf(whole.shape);
+    specs[part.shard].push_back(
+        {part.key, cut ? std::vector<int64_t>{part.numel} : whole.shape, whole.dtype});
+    parts_of_[part.shard].push_back(i);
+    int& local = local_bucket_[bucket_of_tensor[part.tensor]][part.shard];
+    if (local < 0) {
+      local = static_cast<int>(split[part.shard].size());
+      split[part.shard].push_back(0);
+    }
+    ++split[part.shard][local];
+  }
+  for (int s = 0; s < S; ++s)
+    GP_ENFORCE(!specs[s].empty(), "cluster.servers: shard ", s, " (", servers_[s],
+               ") would hold no part of the model; use at most as many servers as parts (",
+               placement_.parts.size(), ")");
+  SetModel(model, buckets);  // the caller's view: whole tensors, its bucket split
+  shards_.clear();
+  for (int s = 0; s < S; ++s) {
+    ClientOptions o = opt_;
+    o.server = servers_[s];
+    o.shard = s;
+    o.shards = S;
+    o.placement_hash = placement_.Hash();
+    shards_.push_back(make_shard_(o));
+  }
+  std::vector<RegisterInfo> infos(S);
+  ForShards([&](int s) {
+    infos[s] = shards_[s]->Register(specs[s], buckets.size() > 1 ? split[s] : std::vector<int>{});
+  });
+  RegisterInfo info = infos[0];
+  for (const auto& i : infos) {
+    info.server_step = std::min(info.server_step, i.server_step);
+    info.initialized = info.initialized && i.initialized;
+  }
+  return info;
+}
+
+std::vector<torch::Tensor> ShardedClient::Views(int s, const std::vector<torch::Tensor>& ts) const {
+  // Undefined tensors (the keys of other buckets) stay undefined; the shard's client checks
+  // the shapes of the keys it uses.
+  GP_ENFORCE(ts.size() == model().size(), "sharded call: ", ts.size(), " tensors for a model of ",
+             model().size());
+  std::vector<torch::Tensor> out;
+  for (size_t i : parts_of_[s]) {
+    const transport::PlacedPart& part = placement_.parts[i];
+    const torch::Tensor& t = ts[part.tensor];
+    if (t.defined())
+      GP_ENFORCE(t.numel() == NumelOf(model()[part.tensor].shape), "sharded call: key '",
+                 model()[part.tensor].key, "' has ", t.numel(), " elements, registered ",
+                 ShapeToString(model()[part.tensor].shape));
+    if (!t.defined() || part.numel == t.numel()) {
+      out.push_back(t);
+    } else {
+      GP_ENFORCE(t.is_contiguous(), "a cut tensor must be contiguous (key '",
+                 model()[part.tensor].key, "')");
+      out.push_back(t.view({-1}).slice(0, part.offset, part.offset + part.numel));
+    }
+  }
+  return out;
+}
+
+void ShardedClient::ForShards(const std::function<void(int)>& fn, const std::vector<int>& which) {
+  std::vector<int> shards = which;
+  if (shards.empty())
+    for (int s = 0; s < static_cast<int>(shards_.size()); ++s) shards.push_back(s);
+  if (shards.size() == 1) return fn(shards[0]);
+  std::vector<std::exception_ptr> errors(shards.size());
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < shards.size(); ++k) {
+    threads.emplace_back([&, k] {
+      try {
+        fn(shards[k]);
+      } catch (...) {
+        errors[k] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+bool ShardedClient::InitOrPull(std::vector<torch::Tensor>* params) {
+  torch::NoGradGuard no_grad;
+  std::vector<char> kept(shards_.size());
+  ForShards([&](int s) {
+    std::vector<torch::Tensor> views = Views(s, *params);
+    kept[s] = shards_[s]->InitOrPull(&views);
+  });
+  return kept[0];
+}
+
+StepStats ShardedClient::PushPull(int64_t step, const std::vector<torch::Tensor>& grads,
+                                  std::vector<torch::Tensor>* out, int64_t base_step) {
+  std::vector<StepStats> st(shards_.size());
+  ForShards([&](int s) {
+    std::vector<torch::Tensor> views = Views(s, *out);
+    st[s] = shards_[s]->PushPull(step, Views(s, grads), &views, base_step);
+  });
+  StepStats all;
+  for (size_t s = 0; s < st.size(); ++s) Merge(st[s], s == 0, &all);
+  return all;
+}
+
+StepStats ShardedClient::PushPullBucket(int64_t step, int bucket,
+                                        const std::vector<torch::Tensor>& grads,
+                                        std::vector<torch::Tensor>* out, Uplink* upload) {
+  BucketKeys(bucket);  // checks the index
+  std::vector<int> which;
+  for (int s = 0; s < static_cast<int>(shards_.size()); ++s)
+    if (local_bucket_[bucket][s] >= 0) which.push_back(s);
+  SharedTurn turn(upload);
+  std::vector<StepStats> st(shards_.size());
+  ForShards(
+      [&](int s) {
+        std::vector<torch::Tensor> views = Views(s, *out);
+        st[s] = shards_[s]->PushPullBucket(step, local_bucket_[bucket][s], Views(s, grads), &views,
+                                           upload ? &turn : nullptr);
+      },
+      which);
+  StepStats all;
+  for (size_t k = 0; k < which.size(); ++k) Merge(st[which[k]], k == 0, &all);
+  return all;
+}
+
+StepStats ShardedClient::Push(int64_t step, const std::vector<torch::Tensor>& grads,
+                              int64_t base_step) {
+  std::vector<StepStats> st(shards_.size());
+  ForShards([&](int s) { st[s] = shards_[s]->Push(step, Views(s, grads), base_step); });
+  StepStats all;
+  for (size_t s = 0; s < st.size(); ++s) Merge(st[s], s == 0, &all);
+  return all;
+}
+
+StepStats ShardedClient::Pull(std::vector<torch::Tensor>* out, int64_t step) {
+  std::vector<StepStats> st(shards_.size());
+  ForShards([&](int s) {
+    std::vector<torch::Tensor> views = Views(s, *out);
+    st[s] = shards_[s]->Pull(&views, step);
+  });
+  StepStats all;
+  for (size_t s = 0; s < st.size(); ++s) Merge(st[s], s == 0, &all);
+  return all;
+}
+
+int64_t ShardedClient::Heartbeat() {
+  std::vector<int64_t> steps(shards_.size());
+  ForShards([&](int s) { steps[s] = shards_[s]->Heartbeat(); });
+  return *std::min_element(steps.begin(), steps.end());
+}
+
+std::pair<int, double> ShardedClient::Elect(int64_t round, double score) {
+  return shards_.at(0)->Elect(round, score);  // method 6's vote lives on shard 0
+}
+
+void ShardedClient::PublishWeights(int64_t round, const std::vector<torch::Tensor>& params) {
+  ForShards([&](int s) { shards_[s]->PublishWeights(round, Views(s, params)); });
+}
+
+void ShardedClient::PullWeights(std::vector<torch::Tensor>* params, int64_t min_version) {
+  torch::NoGradGuard no_grad;
+  ForShards([&](int s) {
+    std::vector<torch::Tensor> views = Views(s, *params);
+    shards_[s]->PullWeights(&views, min_version);
+  });
+}
+
+std::string ShardedClient::StatsText() {
+  std::string out;
+  for (size_t s = 0; s < shards_.size(); ++s)
+    out += "# shard " + std::to_string(s) + " (" + servers_[s] + ")\n" + shards_[s]->StatsText();
+  return out;
+}
+
+std::string ShardedClient::SaveState() const {
+  std::string out;
+  ByteWriter w(&out);
+  w.PutVarint(shards_.size());
+  for (const auto& c : shards_) {
+    const std::string state = c->SaveState();
+    w.PutVarint(state.size());
+    w.PutBytes(state.data(), state.size());
+  }
+  return out;
+}
+
+void ShardedClient::LoadState(std::string_view state) {
+  ByteReader r(state, "sharded push codec state");
+  const uint64_t n = r.GetVarint("shards");
+  GP_ENFORCE(n == shards_.size(), "push codec state is for ", n, " shards, this job has ",
+             shards_.size());
+  std::vector<std::string_view> states;
+  for (uint64_t s = 0; s < n; ++s) {
+    const uint64_t size = r.GetVarint("shard state size");
+    states.push_back(r.GetBytes(size, "shard state"));
+  }
+  for (size_t s = 0; s < n; ++s) shards_[s]->LoadState(states[s]);
+}
+
+void ShardedClient::SetPushCodec(const CodecSpec& push) {
+  for (auto& c : shards_) c->SetPushCodec(push);
+}
+
+bool ShardedClient::SetPushDensity(double ratio) {
+  bool all = true;
+  for (auto& c : shards_) all = c->SetPushDensity(ratio) && all;
+  return all;
+}
+
+void ShardedClient::set_server_lr(double lr) {
+  ServerClient::set_server_lr(lr);
+  for (auto& c : shards_) c->set_server_lr(lr);
+}
+
+}  // namespace gradpress::worker
