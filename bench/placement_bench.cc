@@ -33,7 +33,8 @@ std::vector<transport::NamedSize> Tensors(const std::string& model) {
   const bool lenet = model == "lenet";
   auto net = worker::models::MakeModel(model, lenet ? 1 : 3, lenet ? 28 : 32, 10);
   std::vector<transport::NamedSize> out;
-  for (const auto& p : net->named_parameters()) out.push_back({p.key(), p.value().numel()});
+  for (const auto& p : net->named_parameters())
+    out.push_back({p.key(), p.value().numel(), p.value().dim() > 1 ? p.value().size(0) : 0});
   return out;
 }
 

@@ -27,17 +27,26 @@ Placement Cut(const std::vector<NamedSize>& tensors, int shards, double partitio
   std::set<std::string> seen;
   const double limit = partition_mb > 0 ? partition_mb * (1 << 20) / 4.0 : 0;  // elements
   for (size_t t = 0; t < tensors.size(); ++t) {
-    const auto& [name, numel] = tensors[t];
+    const std::string& name = tensors[t].first;
+    const int64_t numel = tensors[t].second;
     GP_ENFORCE(numel >= 0, "placement: tensor '", name, "' has ", numel, " elements");
     GP_ENFORCE(seen.insert(name).second, "placement: tensor '", name, "' appears twice");
-    const int64_t n =
+    // Cut between rows (a 1-D or row-less tensor: every element is a row).
+    const int64_t rows = tensors[t].rows > 0 ? tensors[t].rows : numel;
+    GP_ENFORCE(rows == 0 || numel % rows == 0, "placement: tensor '", name, "' has ", numel,
+               " elements, not a multiple of its ", rows, " rows");
+    const int64_t row = rows > 0 ? numel / rows : 0;
+    int64_t n =
         limit > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::ceil(numel / limit))) : 1;
+    n = std::max<int64_t>(1, std::min(n, rows));
     for (int64_t i = 0; i < n; ++i) {
       PlacedPart part;
       part.key = n == 1 ? name : name + "#" + std::to_string(i);
       part.tensor = t;
-      part.offset = numel * i / n;  // near-equal, every element once
-      part.numel = numel * (i + 1) / n - part.offset;
+      const int64_t r0 = rows * i / n, r1 = rows * (i + 1) / n;  // near-equal, every row once
+      part.offset = r0 * row;
+      part.numel = (r1 - r0) * row;
+      part.rows = tensors[t].rows > 0 ? r1 - r0 : 0;
       p.parts.push_back(std::move(part));
     }
   }

@@ -26,6 +26,7 @@ struct PlacedPart {
   size_t tensor = 0;   // index of its tensor in the input
   int64_t offset = 0;  // first element of the tensor's flat view
   int64_t numel = 0;
+  int64_t rows = 0;  // rows of the tensor it holds (0 for a tensor given without rows)
   int shard = 0;
 };
 
@@ -42,10 +43,16 @@ struct Placement {
   std::vector<size_t> PartsOf(int shard) const;
 };
 
-using NamedSize = std::pair<std::string, int64_t>;  // tensor name, elements
+// A tensor: its name, elements and rows (its first dimension; 0 = cut anywhere, as 1-D).
+struct NamedSize {
+  std::string first;   // name
+  int64_t second = 0;  // elements
+  int64_t rows = 0;
+};
 
-// Parts of at most partition_mb MiB of float32 each (ceil(bytes / limit) near-equal parts;
-// a tensor at or under the limit is one part). partition_mb <= 0: no cutting.
+// Parts of at most partition_mb MiB of float32 each (ceil(bytes / limit) near-equal parts,
+// cut between rows, so a part keeps the tensor's other dimensions; at most `rows` parts; a
+// tensor at or under the limit is one part). partition_mb <= 0: no cutting.
 // Throws InvalidArgument for shards < 1, a negative size or a repeated name.
 Placement PlaceLargestFirst(const std::vector<NamedSize>& tensors, int shards, double partition_mb);
 Placement PlaceByHash(const std::vector<NamedSize>& tensors, int shards, double partition_mb);

@@ -77,7 +77,8 @@ RegisterInfo ShardedClient::Register(const std::vector<TensorSpec>& model,
                                      const std::vector<int>& bucket_keys) {
   const int S = static_cast<int>(servers_.size());
   std::vector<transport::NamedSize> sizes;
-  for (const auto& t : model) sizes.push_back({t.key, NumelOf(t.shape)});
+  for (const auto& t : model)  // cut between rows: a part keeps the other dimensions
+    sizes.push_back({t.key, NumelOf(t.shape), t.shape.size() > 1 ? t.shape[0] : 0});
   placement_ = transport::PlaceLargestFirst(sizes, S, partition_mb_);
   const auto buckets = SplitBuckets(model, bucket_keys);
   // Each part's bucket: the bucket of its tensor.
@@ -91,9 +92,10 @@ RegisterInfo ShardedClient::Register(const std::vector<TensorSpec>& model,
   for (size_t i = 0; i < placement_.parts.size(); ++i) {
     const transport::PlacedPart& part = placement_.parts[i];
     const TensorSpec& whole = model[part.tensor];
-    const bool cut = part.numel != NumelOf(whole.shape);
-    specs[part.shard].push_back(
-        {part.key, cut ? std::vector<int64_t>{part.numel} : whole.shape, whole.dtype});
+    std::vector<int64_t> shape = whole.shape;  // a cut part: fewer rows, or a 1-D slice
+    if (part.numel != NumelOf(whole.shape))
+      shape = part.rows > 0 ? (shape[0] = part.rows, shape) : std::vector<int64_t>{part.numel};
+    specs[part.shard].push_back({part.key, shape, whole.dtype});
     parts_of_[part.shard].push_back(i);
     int& local = local_bucket_[bucket_of_tensor[part.tensor]][part.shard];
     if (local < 0) {
@@ -146,7 +148,13 @@ std::vector<torch::Tensor> ShardedClient::Views(int s, const std::vector<torch::
     } else {
       GP_ENFORCE(t.is_contiguous(), "a cut tensor must be contiguous (key '",
                  model()[part.tensor].key, "')");
-      out.push_back(t.view({-1}).slice(0, part.offset, part.offset + part.numel));
+      torch::Tensor flat = t.view({-1}).slice(0, part.offset, part.offset + part.numel);
+      if (part.rows > 0) {  // the part's rows, other dimensions kept
+        std::vector<int64_t> shape = t.sizes().vec();
+        shape[0] = part.rows;
+        flat = flat.view(shape);
+      }
+      out.push_back(flat);
     }
   }
   return out;

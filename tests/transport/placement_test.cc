@@ -57,6 +57,23 @@ TEST_CASE("placement: big tensors are cut into near-equal parts whatever the sha
   CHECK(PlaceLargestFirst(tensors, 2, 0).parts.size() == 4);
 }
 
+TEST_CASE("placement: a tensor with rows is cut between rows", "[placement]") {
+  // A 512 x 4608 conv weight (9 MiB) at 4 MiB: 3 parts of 170, 171 and 171 rows.
+  const std::vector<NamedSize> t{{"w", 512 * 4608, 512}, {"two", 2 * 3 * kMiB, 2}};
+  const Placement p = PlaceLargestFirst(t, 2, 4.0);
+  CheckCovers(p, t);
+  REQUIRE(p.parts.size() == 5);
+  CHECK(p.parts[0].rows == 170);
+  CHECK(p.parts[1].rows == 171);
+  CHECK(p.parts[2].rows == 171);
+  for (int i = 0; i < 3; ++i) CHECK(p.parts[i].offset % 4608 == 0);
+  // 6 MiB in 2 rows: at most one part a row, whatever the size.
+  CHECK(p.parts[3].key == "two#0");
+  CHECK(p.parts[4].rows == 1);
+  CHECK_THROWS_WITH(PlaceLargestFirst({{"bad", 10, 3}}, 1, 4.0),
+                    Catch::Contains("not a multiple of its 3 rows"));
+}
+
 TEST_CASE("placement: largest first onto the lightest shard, deterministic", "[placement]") {
   // Sizes 7, 5, 4, 3, 3, 2 (x1000) on 2 shards: 7 -> s0, 5 -> s1, 4 -> s1 (9), 3 -> s0 (10),
   // 3 -> s1 (12), 2 -> s0 (12).

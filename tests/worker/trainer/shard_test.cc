@@ -2,6 +2,8 @@
 // gradpress servers in process give the same weights for methods 1, 3 and 5 (same seeds), with
 // parts of cut tensors (cluster.partition_mb) as keys of their own; a shard refuses a worker
 // that names another shard or another placement.
+#include <map>
+
 #include "common/config.h"
 #include "server/server_options.h"
 #include "tests/catch_torch.h"
@@ -20,7 +22,8 @@ using worker::Trainer;
 struct ShardRun {
   std::vector<torch::Tensor> weights;  // worker 0's after the steps
   std::vector<int64_t> keys_per_shard;
-  uint64_t bytes_up = 0;  // worker 0's, all steps
+  std::map<std::string, std::vector<int64_t>> shapes;  // every shard's keys
+  uint64_t bytes_up = 0;                               // worker 0's, all steps
 };
 
 // Two workers, `shards` servers (shard i at cluster i), `steps` steps.
@@ -51,8 +54,10 @@ ShardRun Run(Config c, int shards, int64_t steps) {
   ShardRun out;
   for (const auto& p : trainers[0]->Parameters()) out.weights.push_back(p.clone());
   for (const auto& m : trainers[0]->TakeFinished()) out.bytes_up += m.bytes_up;
-  for (const auto& cl : clusters)
+  for (const auto& cl : clusters) {
     out.keys_per_shard.push_back(static_cast<int64_t>(cl->runner.store().model().size()));
+    for (const auto& spec : cl->runner.store().model()) out.shapes[spec.key] = spec.shape;
+  }
   return out;
 }
 
@@ -104,6 +109,22 @@ TEST_CASE("2 shards give the same weights as 1 shard (methods 1, 3, 5)", "[shard
       CHECK(two.keys_per_shard[1] > 0);
     }
   }
+}
+
+TEST_CASE("a cut tensor's parts keep its other dimensions and stay compressed", "[shards]") {
+  // skip_1d sends 1-D tensors uncompressed: parts of fc1 [120, 400] must stay 2-D ([30, 400]),
+  // so cutting changes the bytes only as much as top-k per part does.
+  const std::string topk = "{codec: topk, ratio: 0.05, then: {codec: qsgd}, error_feedback: true}";
+  Config c = ShardConfig("sync: {exchange: gradients}\npush: " + topk + "\npull: " + topk + "\n");
+  c.compress.skip_1d = true;
+  const ShardRun cut = Run(c, 2, 3);
+  c.cluster.partition_mb = 0;  // no cutting: fc1 whole
+  const ShardRun whole = Run(c, 1, 3);
+  CHECK(cut.shapes.at("fc1.weight#0") == std::vector<int64_t>{30, 400});
+  CHECK(cut.shapes.at("fc1.weight#3") == std::vector<int64_t>{30, 400});
+  CHECK(whole.shapes.at("fc1.weight") == std::vector<int64_t>{120, 400});
+  CHECK(cut.bytes_up < 2 * whole.bytes_up);
+  CHECK(whole.bytes_up < 2 * cut.bytes_up);
 }
 
 TEST_CASE("a shard refuses a worker for another shard or with another placement", "[shards]") {
