@@ -119,4 +119,25 @@ grep -q '"test_acc"' "$summary" || fail "summary.json has no test_acc: $(cat "$s
 run=$(dirname "$summary")
 for r in 0 1; do grep -q "done:" "$run/worker-$r.log" || fail "worker $r did not finish"; done
 grep -q '"workers": 2' "$summary" || fail "summary.json does not say 2 workers: $(cat "$summary")"
-echo "slurm_test: ok: $(cat "$summary")"
+echo "slurm_test: one server: $(cat "$summary")"
+
+# The same job on 2 server shards (tasks 0-1) and 2 workers (tasks 2-3).
+rc=0
+GRADPRESS_SHARDS=2 timeout 420 sbatch --wait -O --ntasks=4 --time=8 \
+  --output="$tmp/job/slurm-shards-%j.out" \
+  --export=ALL,BUILD_DIR=$(dirname "$(dirname "$server_bin")"),GRADPRESS_RUN_DIR=$tmp/job/runs/shards \
+  "$src/scripts/slurm/gradpress.sbatch" "$src/configs/lenet_fmnist_m5.yaml" \
+  --set train.epochs=1 --set dataset.subset=1024 --set dataset.test_subset=512 \
+  >"$tmp/sbatch2.log" 2>&1 || rc=$?
+cat "$tmp/sbatch2.log"
+cat "$tmp"/job/slurm-shards-*.out 2>/dev/null || true
+[[ $rc -eq 0 ]] || fail "sharded sbatch --wait exited $rc"
+run=$tmp/job/runs/shards
+[[ -f "$run/summary.json" ]] || fail "no summary.json in $run"
+for s in 0 1; do
+  [[ -s "$run/server-$s.addr" ]] || fail "shard $s published no address"
+  grep -q "shard $s of 2" "$run/server-$s.log" || fail "server-$s.log does not say shard $s of 2"
+  [[ -d "$run/ckpt/server-$s" ]] || fail "no checkpoints of shard $s"
+done
+for r in 0 1; do grep -q "done:" "$run/worker-$r.log" || fail "worker $r of the sharded job did not finish"; done
+echo "slurm_test: ok: 2 shards: $(cat "$run/summary.json")"
