@@ -8,6 +8,8 @@
 # Environment: GRADPRESS_CONFIG (the job YAML), WORLD_SIZE (workers), RUN_ID (default
 # "default"; the run directory is $GRADPRESS_RUNS/$RUN_ID, GRADPRESS_RUNS default /runs),
 # GRADPRESS_PORT (server, default 50051), GRADPRESS_SERVER (workers, default server:50051),
+# GRADPRESS_SHARD / GRADPRESS_SHARDS (server: shard i of S, log server-<i>.log) and
+# GRADPRESS_SERVERS (workers: every shard, docker-compose.shards.yml),
 # RANK, else JOB_COMPLETION_INDEX (Kubernetes Indexed Job) (workers: skip the assignment below;
 # starts are then counted per rank in $RUN_DIR/ranks/rank-<RANK>.starts).
 #
@@ -56,9 +58,11 @@ assign_rank() {
 
 case "$mode" in
   server)
+    log=server.log  # gradpress-server reads GRADPRESS_SHARD(S) itself
+    [[ "${GRADPRESS_SHARDS:-1}" != 1 ]] && log=server-${GRADPRESS_SHARD:-0}.log
     exec "${GRADPRESS_SERVER_BIN:-gradpress-server}" --config "$config" \
       --listen "0.0.0.0:${GRADPRESS_PORT:-50051}" --workers "$world" --run-dir "$run_dir" \
-      --resume auto --log-file "$run_dir/server.log" "$@"
+      --resume auto --log-file "$run_dir/$log" "$@"
     ;;
   rank)
     assign_rank "${RANK:-${JOB_COMPLETION_INDEX:-}}"

@@ -131,4 +131,17 @@ assert any(v.endswith(":/config/job.yaml:ro") for v in w["volumes"]), "config mo
 assert any(v.startswith("runs:/runs") for v in w["volumes"]) and "runs" in c["volumes"], "runs volume"
 assert "ports" not in w and "container_name" not in w, "worker must be scalable"
 PY
-echo "compose_test: ok ($(docker-compose version --short))"
+# Two shards (docker-compose.shards.yml layered on the file).
+rendered=$(WORLD_SIZE=2 RUN_ID=job8 docker-compose -f docker-compose.yml -f docker-compose.shards.yml config) ||
+  fail "docker-compose config rejects docker-compose.shards.yml"
+/usr/bin/python3 - "$rendered" <<'PY' || fail "rendered sharded compose file is wrong"
+import sys, yaml
+c = yaml.safe_load(sys.argv[1])
+s0, s1, w = c["services"]["server"], c["services"]["server-1"], c["services"]["worker"]
+assert (s0["environment"]["GRADPRESS_SHARD"], s1["environment"]["GRADPRESS_SHARD"]) == ("0", "1")
+assert s0["environment"]["GRADPRESS_SHARDS"] == s1["environment"]["GRADPRESS_SHARDS"] == "2"
+assert s1["command"] == ["server"] and "health_check.py" in " ".join(s1["healthcheck"]["test"])
+assert w["environment"]["GRADPRESS_SERVERS"] == "server:50051,server-1:50051"
+assert set(w["depends_on"]) == {"server", "server-1"}
+PY
+echo "compose_test: ok ($(docker-compose version --short)), 2-shard override too"
