@@ -55,8 +55,39 @@ need(cfg["cluster"]["workers"] == js["completions"], "config cluster.workers == 
 open(sys.argv[2], "w").write(cm)
 print(f"k8s_test: {len(docs)} documents, wiring ok")
 PY
+$py - "$src/docker/k8s/gradpress-shards.yaml" "$tmp/shards.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+def need(cond, what):
+    if not cond:
+        sys.exit("k8s_test: FAIL: gradpress-shards.yaml: " + what)
+sts, svc = by[("StatefulSet", "gradpress-shard")], by[("Service", "gradpress-shard")]
+job = by[("Job", "gradpress-shards-worker")]
+need(sts["apiVersion"] == "apps/v1" and svc["spec"]["clusterIP"] == "None", "headless Service")
+need(sts["spec"]["serviceName"] == svc["metadata"]["name"], "StatefulSet serviceName")
+need(svc["spec"]["selector"].items() <= sts["spec"]["template"]["metadata"]["labels"].items(), "Service selects the shards")
+sc = sts["spec"]["template"]["spec"]["containers"][0]
+senv = {e["name"]: e for e in sc["env"]}
+S = sts["spec"]["replicas"]
+need(senv["GRADPRESS_SHARDS"]["value"] == str(S), "GRADPRESS_SHARDS == replicas")
+need(senv["GRADPRESS_SHARD"]["valueFrom"]["fieldRef"]["fieldPath"] ==
+     "metadata.labels['apps.kubernetes.io/pod-index']", "GRADPRESS_SHARD = the pod's ordinal")
+need(sc["args"] == ["server"] and sc["readinessProbe"]["grpc"]["port"] == 50051, "shard container")
+js = job["spec"]
+wenv = {e["name"]: e for e in js["template"]["spec"]["containers"][0]["env"]}
+port = svc["spec"]["ports"][0]["port"]
+want = ",".join(f'{sts["metadata"]["name"]}-{i}.{svc["metadata"]["name"]}:{port}' for i in range(S))
+need(wenv["GRADPRESS_SERVERS"]["value"] == want, f"GRADPRESS_SERVERS lists the {S} shards in order")
+need(wenv["WORLD_SIZE"]["value"] == senv["WORLD_SIZE"]["value"] == str(js["completions"]), "WORLD_SIZE")
+cm = by[("ConfigMap", "gradpress-shards-config")]["data"]["job.yaml"]
+need(yaml.safe_load(cm)["cluster"]["workers"] == js["completions"], "cluster.workers == completions")
+open(sys.argv[2], "w").write(cm)
+print(f"k8s_test: gradpress-shards.yaml: {len(docs)} documents, {S} shards, wiring ok")
+PY
 if [[ -n "$worker_bin" ]]; then
   "$worker_bin" --config "$tmp/job.yaml" --print-config >/dev/null || { echo "k8s_test: FAIL: the ConfigMap's job.yaml is not a valid gradpress config"; exit 1; }
+  "$worker_bin" --config "$tmp/shards.yaml" --print-config >/dev/null || { echo "k8s_test: FAIL: gradpress-shards.yaml's job.yaml is not a valid gradpress config"; exit 1; }
   echo "k8s_test: the ConfigMap's job.yaml loads in gradpress-worker"
 fi
 echo "k8s_test: ok"
