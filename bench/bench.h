@@ -45,6 +45,9 @@ void AddTrainCommand(CLI::App& app);
 // packing vs a BytePS-style hash (placement_bench.cc).
 void AddPlacementCommand(CLI::App& app);
 
+// `scale-worker`: one synthetic worker of the scaling curve (scale_bench.cc, scripts/scale.sh).
+void AddScaleCommand(CLI::App& app);
+
 // Helpers shared by the subcommands (defined in codecs_bench.cc).
 
 // Median of v (the mean of the middle two for an even size); v must not be empty.

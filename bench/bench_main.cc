@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   bench::AddTransportCommand(app);
   bench::AddTrainCommand(app);
   bench::AddPlacementCommand(app);
+  bench::AddScaleCommand(app);
 
   try {
     app.parse(argc, argv);  // runs the chosen subcommand

@@ -10,7 +10,7 @@
 #   scripts/netem.sh --rate 100mbit configs/vgg11_cifar10_m1.yaml --max-steps 5  # like run.sh
 #   scripts/netem.sh --rate 1gbit --delay-ms 5 --workers 2 CONFIG... [--set k=v]...
 #   scripts/netem.sh --rate 100mbit --workers 2 -- CMD ARGS...   # any command, see below
-#   scripts/netem.sh --topology star --rate 1gbit --workers 8 -- CMD ARGS...
+#   scripts/netem.sh --topology star --rate 1gbit --workers 8 --servers 4 -- CMD ARGS...
 #   scripts/netem.sh --cleanup         # remove namespaces left by a netem.sh that was SIGKILLed
 #
 # Link options: --rate R (tc rate: 100mbit, 1gbit, 500kbit; "none" = no cap), --delay-ms D
@@ -35,6 +35,8 @@
 #                      star: the same address for every worker)
 #   NETEM_WORKER_IPS   each worker's address          NETEM_RATE       the rate
 #   NETEM_TOPOLOGY     links or star
+#   NETEM_SHARD_NS     star with --servers S: the S server hosts' namespaces (the first is
+#   NETEM_SHARD_IPS    NETEM_SERVER_NS) and their addresses, space-separated
 # e.g. `ip netns exec "$NETEM_SERVER_NS" CMD`. netem.sh exits with CMD's status.
 #
 # Every namespace (and with it its veth ends and qdiscs) is removed on exit, also when a run
@@ -46,6 +48,7 @@ source scripts/lib/launch.sh
 
 rate=100mbit
 topology=links
+servers=1
 delay_ms=0
 jitter_ms=0
 reset_prob=0
@@ -61,6 +64,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --rate) rate=$2; shift 2 ;;
     --topology) topology=$2; shift 2 ;;
+    --servers) servers=$2; shift 2 ;;
     --delay-ms) delay_ms=$2; shift 2 ;;
     --jitter-ms) jitter_ms=$2; shift 2 ;;
     --reset-prob) reset_prob=$2; shift 2 ;;
@@ -79,6 +83,8 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ "$topology" == links || "$topology" == star ]] || { echo "netem.sh: --topology is links or star, got '$topology'" >&2; exit 2; }
+[[ "$servers" =~ ^[1-9][0-9]*$ && $servers -le 64 ]] || { echo "netem.sh: --servers takes 1..64" >&2; exit 2; }
+[[ $servers -eq 1 || "$topology" == star ]] || { echo "netem.sh: --servers > 1 needs --topology star" >&2; exit 2; }
 [[ "$workers" =~ ^[1-9][0-9]*$ && $workers -le 250 ]] || { echo "netem.sh: --workers takes 1..250" >&2; exit 2; }
 [[ -z "$max_steps" || "$max_steps" =~ ^[1-9][0-9]*$ ]] || { echo "netem.sh: --max-steps takes a positive integer" >&2; exit 2; }
 for v in "$delay_ms" "$jitter_ms" "$reset_prob"; do
@@ -211,6 +217,17 @@ else
     cap_link "$switch_ns" "$p"
   }
   attach "$server_ns" 0 10.214.0.1
+  shard_ns=("$server_ns")
+  shard_ips=(10.214.0.1)
+  for ((s = 1; s < servers; s++)); do  # more server hosts (shards), each with its own link
+    ns=gpn-$id-s$s
+    ip netns add "$ns"
+    namespaces+=("$ns")
+    ip -n "$ns" link set lo up
+    attach "$ns" "s$s" "10.214.0.$((s + 1))"
+    shard_ns+=("$ns")
+    shard_ips+=("10.214.0.$((s + 1))")
+  done
   for ((r = 0; r < workers; r++)); do
     attach "${worker_ns[$r]}" $((r + 1)) "10.214.1.$((r + 1))"
     server_ips+=(10.214.0.1)
@@ -237,7 +254,8 @@ start_proxy() {  # rank, server port, log; prints the address the worker should 
 if [[ ${#cmd[@]} -gt 0 ]]; then
   export NETEM_SERVER_NS=$server_ns NETEM_WORKER_NS="${worker_ns[*]}" \
     NETEM_SERVER_IPS="${server_ips[*]}" NETEM_WORKER_IPS="${worker_ips[*]}" NETEM_RATE=$rate \
-    NETEM_TOPOLOGY=$topology
+    NETEM_TOPOLOGY=$topology NETEM_SHARD_NS="${shard_ns[*]:-$server_ns}" \
+    NETEM_SHARD_IPS="${shard_ips[*]:-${server_ips[0]:-}}"
   rc=0
   "${cmd[@]}" || rc=$?
   exit "$rc"

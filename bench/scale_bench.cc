@@ -1,0 +1,116 @@
+// gradpress-bench scale-worker: one synthetic worker for the scaling curve (scripts/scale.sh).
+// The real client (sharded over --servers, the codecs of --codec) pushes the same random
+// gradients every step and pulls the step's result, with no training compute, and prints its
+// median times as one JSON object:
+//
+//   gradpress-bench scale-worker --servers 10.214.0.1:5000,10.214.0.2:5000 --rank 0 \
+//       --workers 8 --numel 4194304 --codec none --steps 5
+//   {"rank":0,"workers":8,"servers":2,"codec":"none","model_mb":16,"step_ms":..,
+//    "push_ms":..,"pull_ms":..,"imbalance":1.0}
+//
+// push_ms is the Push call (encode and upload), pull_ms the Pull of that step (the wait for
+// every worker's push, the server's work, the download and decode).
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/bench.h"
+#include "common/error.h"
+#include "common/json_line.h"
+#include "common/timer.h"
+#include "compressors/registry.h"
+#include "worker/ps_client.h"
+#include "worker/sharded_client.h"
+
+namespace gradpress::bench {
+namespace {
+
+struct ScaleOptions {
+  std::vector<std::string> servers;
+  int rank = 0, workers = 1, keys = 8, steps = 5, warmup = 1;
+  int64_t numel = int64_t{1} << 22;
+  double partition_mb = 4;
+  std::string codec = "none";
+};
+
+void RunScaleWorker(const ScaleOptions& o) {
+  GP_ENFORCE(!o.servers.empty(), "--servers is empty");
+  GP_ENFORCE(o.workers >= 1 && o.rank >= 0 && o.rank < o.workers, "--rank ", o.rank,
+             " outside [0, --workers ", o.workers, ")");
+  GP_ENFORCE(o.keys >= 1 && o.numel >= 256 * o.keys, "--numel must be at least 256 x --keys");
+  GP_ENFORCE(o.steps >= 1 && o.warmup >= 0, "--steps >= 1 and --warmup >= 0");
+  compressors::RegisterBuiltinCompressors();
+  torch::set_num_threads(1);
+  worker::ClientOptions co;
+  co.worker_id = "worker-" + std::to_string(o.rank);
+  co.config_hash = "scale";
+  co.push = ParseCodecShorthand(o.codec);
+  co.min_numel = 0;
+  co.deadline_s = 900;
+  worker::ShardedClient client(co, o.servers, o.partition_mb, [](const worker::ClientOptions& c) {
+    return std::make_unique<worker::PsClient>(c);
+  });
+  // K keys of [rows, 256] floats, the same on every worker.
+  std::vector<compressors::TensorSpec> specs;
+  std::vector<torch::Tensor> params, grads, out;
+  auto gen = at::detail::createCPUGenerator(1000 + o.rank);
+  for (int k = 0; k < o.keys; ++k) {
+    const int64_t rows = o.numel / o.keys / 256;
+    specs.push_back({"k" + std::to_string(k), {rows, 256}});
+    params.push_back(torch::zeros({rows, 256}));
+    grads.push_back(torch::randn({rows, 256}, gen));
+    out.push_back(torch::zeros({rows, 256}));
+  }
+  client.Register(specs);
+  client.InitOrPull(&params);
+  std::vector<double> step, push, pull;
+  for (int s = 0; s < o.warmup + o.steps; ++s) {
+    Timer t;
+    client.Push(s, grads);
+    const double push_ms = t.ElapsedMs();
+    client.Pull(&out, s);
+    if (s < o.warmup) continue;
+    step.push_back(t.ElapsedMs());
+    push.push_back(push_ms);
+    pull.push_back(step.back() - push_ms);
+  }
+  std::printf("%s\n", JsonLine()
+                          .Int("rank", o.rank)
+                          .Int("workers", o.workers)
+                          .Int("servers", static_cast<int64_t>(o.servers.size()))
+                          .Str("codec", o.codec)
+                          .Num("model_mb", 4.0 * (o.numel / o.keys / 256 * 256 * o.keys) / 1e6)
+                          .Num("step_ms", Median(step))
+                          .Num("push_ms", Median(push))
+                          .Num("pull_ms", Median(pull))
+                          .Num("imbalance", client.placement().Imbalance())
+                          .Done()
+                          .c_str());
+}
+
+}  // namespace
+
+void AddScaleCommand(CLI::App& app) {
+  auto opt = std::make_shared<ScaleOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "scale-worker",
+      "one synthetic worker of the scaling curve (scripts/scale.sh): real client and codecs, "
+      "random gradients, no training compute; prints its median step, push and pull ms");
+  cmd->add_option("--servers", opt->servers, "shard addresses, in shard order")
+      ->delimiter(',')
+      ->required();
+  cmd->add_option("--rank", opt->rank, "this worker's rank");
+  cmd->add_option("--workers", opt->workers, "workers in the job");
+  cmd->add_option("--numel", opt->numel, "float32 elements in the model");
+  cmd->add_option("--keys", opt->keys, "tensors the model is split into");
+  cmd->add_option("--codec", opt->codec, "push codec spec, e.g. 'topk then=qsgd levels=16'");
+  cmd->add_option("--steps", opt->steps, "measured steps");
+  cmd->add_option("--warmup", opt->warmup, "steps before measuring");
+  cmd->add_option("--partition-mb", opt->partition_mb, "cluster.partition_mb");
+  cmd->callback([opt] { RunScaleWorker(*opt); });
+}
+
+}  // namespace gradpress::bench
