@@ -51,10 +51,14 @@ void ParameterStore::PublishWeights(const WorkerId& w, int64_t round,
   {
     std::lock_guard<std::mutex> lock(mu_);
     const Member& m = CheckWorker(w);
-    const Elections::Round* e = elections_.Find(round);
-    GP_REFUSE(FailedPrecondition, Reason::kNotElected, e != nullptr && e->best_rank == m.rank,
-              "worker '", w.name, "' was not elected in round ", round,
-              " and may not publish weights");
+    // Sharded servers hold the election on shard 0 (ranks are per shard); the other shards
+    // take the round's first publication from a registered worker.
+    if (opt_.shard == 0) {
+      const Elections::Round* e = elections_.Find(round);
+      GP_REFUSE(FailedPrecondition, Reason::kNotElected, e != nullptr && e->best_rank == m.rank,
+                "worker '", w.name, "' was not elected in round ", round,
+                " and may not publish weights");
+    }
     if (model_.weights_version >= round + 1) return;  // a retry: this round's weights are in
   }
   const auto ordered = model_.Validate(weights, Rejecter());

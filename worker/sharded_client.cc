@@ -251,7 +251,10 @@ int64_t ShardedClient::Heartbeat() {
 }
 
 std::pair<int, double> ShardedClient::Elect(int64_t round, double score) {
-  return shards_.at(0)->Elect(round, score);  // method 6's vote lives on shard 0
+  // Method 6's vote lives on shard 0, in shard 0's ranks (Register returns those): each shard
+  // numbers workers in its own registration order. The other shards take the winner's
+  // published weights without an election of their own.
+  return shards_.at(0)->Elect(round, score);
 }
 
 void ShardedClient::PublishWeights(int64_t round, const std::vector<torch::Tensor>& params) {

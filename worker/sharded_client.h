@@ -13,7 +13,8 @@
 //   c->Register(specs, bucket_keys);   // every shard, with the placement hash
 //   c->PushPull(step, grads, &out);    // all shards concurrently
 //
-// Method 6's election runs on shard 0; published and pulled weights go to every shard.
+// Method 6's election runs on shard 0 (ranks are numbered per shard; the job uses shard 0's);
+// published and pulled weights go to every shard.
 // Thread-safety: as ServerClient (concurrent PushPullBucket for different buckets).
 #include <functional>
 #include <memory>

@@ -23,10 +23,11 @@ struct ShardRun {
   std::vector<torch::Tensor> weights;  // worker 0's after the steps
   std::vector<int64_t> keys_per_shard;
   std::map<std::string, std::vector<int64_t>> shapes;  // every shard's keys
-  uint64_t bytes_up = 0;                               // worker 0's, all steps
+  uint64_t bytes_up = 0;  // worker 0's, all steps (Trainer::Run: its summary's, per step)
 };
 
-// Two workers, `shards` servers (shard i at cluster i), `steps` steps.
+// Two workers, `shards` servers (shard i at cluster i), `steps` steps (0: Trainer::Run, the
+// whole job with its epochs, evaluations and method 6's elections).
 ShardRun Run(Config c, int shards, int64_t steps) {
   std::vector<std::unique_ptr<Cluster>> clusters;
   c.cluster.servers.clear();
@@ -44,7 +45,9 @@ ShardRun Run(Config c, int shards, int64_t steps) {
   Cluster::Parallel(2, [&](int r) { trainers[r]->Connect(); });
   const auto& train = trainers[0]->data().train;
   const int64_t b = c.train.batch_size;
+  std::vector<worker::TrainSummary> summary(2);
   Cluster::Parallel(2, [&](int r) {
+    if (steps == 0) return static_cast<void>(summary[r] = trainers[r]->Run());
     const auto idx = worker::data::EpochIndices(train.size(), r, 2, 0, c.train.seed);
     for (int64_t s = 0; s < steps; ++s) {
       auto batch = worker::data::GatherBatch(train, idx, s * b, (s + 1) * b);
@@ -54,6 +57,7 @@ ShardRun Run(Config c, int shards, int64_t steps) {
   ShardRun out;
   for (const auto& p : trainers[0]->Parameters()) out.weights.push_back(p.clone());
   for (const auto& m : trainers[0]->TakeFinished()) out.bytes_up += m.bytes_up;
+  if (steps == 0) out.bytes_up = static_cast<uint64_t>(summary[0].bytes_up_per_step);
   for (const auto& cl : clusters) {
     out.keys_per_shard.push_back(static_cast<int64_t>(cl->runner.store().model().size()));
     for (const auto& spec : cl->runner.store().model()) out.shapes[spec.key] = spec.shape;
@@ -109,6 +113,32 @@ TEST_CASE("2 shards give the same weights as 1 shard (methods 1, 3, 5)", "[shard
       CHECK(two.keys_per_shard[1] > 0);
     }
   }
+}
+
+TEST_CASE(
+    "method 6 (elections on shard 0, weights published to every shard) and async mode "
+    "run on 2 shards",
+    "[shards]") {
+  // Method 6: 2 epochs of 8 steps, sync every 4, the best worker's weights each epoch.
+  Config m6 = ShardConfig(R"(sync: {exchange: gradients, every: 4, model_selection: best}
+push: {codec: topk, ratio: 0.05, then: {codec: qsgd}, error_feedback: true}
+pull: {codec: topk, ratio: 0.05, then: {codec: qsgd}, error_feedback: true}
+)");
+  m6.dataset.subset = 256;
+  m6.train.epochs = 2;
+  const ShardRun one = Run(m6, 1, 0), two = Run(m6, 2, 0);
+  CHECK(MaxDiff(one, two) == 0.0);
+  CHECK(one.bytes_up == two.bytes_up);
+  // Async: pushes apply in arrival order, so no exact reference; the job trains through both.
+  Config async = ShardConfig("sync: {mode: async, exchange: weights}\n");
+  async.dataset.subset = 256;
+  async.train.epochs = 1;
+  const ShardRun a = Run(async, 2, 0);
+  double moved = 0;
+  for (size_t i = 0; i < a.weights.size(); ++i)
+    moved = std::max(moved, (a.weights[i] - one.weights[i]).abs().max().item<double>());
+  CHECK(moved > 0);
+  CHECK(a.bytes_up > 0);
 }
 
 TEST_CASE("a cut tensor's parts keep its other dimensions and stay compressed", "[shards]") {
