@@ -237,7 +237,7 @@ void PutPush(const std::string& codec, int64_t step, int pieces, bool lr, std::s
   PutRecord(HeaderMessage(step, step, lr), out);
   for (size_t i = 0; i < Model().size(); ++i) {
     const TensorSpec& s = Model()[i];
-    auto c = compressors::MakeDecoder(codec);  // default parameters: a full codec
+    auto c = compressors::MakeCompressor(ParseCodecShorthand(codec));
     const int64_t n = Numel(s.shape);
     const auto x = Floats(n, static_cast<uint32_t>(step * 10 + i));
     const std::string bytes = c->EncodeBytes(x.data(), n, {s.key, step});
@@ -271,7 +271,7 @@ void WriteSeeds(Seeds& seeds) {
                                            "gaussiank ratio=0.05",
                                            "dgc ratio=0.05",
                                            "powersgd rank=2",
-                                           "topk ratio=0.05+qsgd"};
+                                           "topk ratio=0.05 then=qsgd"};
   int k = 0;
   for (const auto& codec : codecs) {
     for (uint8_t options : {0, 1, 2, 4, 8, 13}) {
