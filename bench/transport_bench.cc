@@ -119,7 +119,8 @@ std::vector<torch::Tensor> Split(const torch::Tensor& flat, const std::vector<Te
 }
 
 // The server's config for a row: its codec as the pull codec (every tensor compressed),
-// W workers, the bench's deadline as RPC deadline and worker timeout.
+// W workers, the bench's deadline as RPC deadline and worker timeout, no shadow weights (the
+// bench measures the exchange; a training job's server also steps the workers' weights).
 std::string ServerConfigYaml(const CodecSpec& c, int workers, int threads) {
   YAML::Emitter e;
   e << YAML::BeginMap;
@@ -129,8 +130,9 @@ std::string ServerConfigYaml(const CodecSpec& c, int workers, int threads) {
   e << YAML::Key << "compress" << YAML::Value << YAML::BeginMap << YAML::Key << "min_numel"
     << YAML::Value << 0 << YAML::EndMap;
   e << YAML::Key << "server" << YAML::Value << YAML::BeginMap << YAML::Key << "threads"
-    << YAML::Value << threads << YAML::Key << "worker_timeout_s" << YAML::Value << kRpcDeadlineS
-    << YAML::Key << "deadline_s" << YAML::Value << kRpcDeadlineS << YAML::EndMap;
+    << YAML::Value << threads << YAML::Key << "shadow_weights" << YAML::Value << false << YAML::Key
+    << "worker_timeout_s" << YAML::Value << kRpcDeadlineS << YAML::Key << "deadline_s"
+    << YAML::Value << kRpcDeadlineS << YAML::EndMap;
   e << YAML::Key << "pull" << YAML::Value;
   EmitCodecSpec(e, c);
   e << YAML::EndMap;
