@@ -11,6 +11,7 @@
 // push_ms is the Push call (encode and upload), pull_ms the Pull of that step (the wait for
 // every worker's push, the server's work, the download and decode).
 #include <torch/torch.h>
+#include <yaml-cpp/yaml.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -34,10 +35,18 @@ struct ScaleOptions {
   int64_t numel = int64_t{1} << 22;
   double partition_mb = 4;
   std::string codec = "none";
+  bool print_codec = false;
 };
 
 void RunScaleWorker(const ScaleOptions& o) {
-  GP_ENFORCE(!o.servers.empty(), "--servers is empty");
+  if (o.print_codec) {  // the codec as a YAML block, for the servers' `--set pull=...`
+    YAML::Emitter e;
+    e << YAML::Flow;
+    EmitCodecSpec(e, ParseCodecShorthand(o.codec));
+    std::printf("%s\n", e.c_str());
+    return;
+  }
+  GP_ENFORCE(!o.servers.empty(), "--servers is required");
   GP_ENFORCE(o.workers >= 1 && o.rank >= 0 && o.rank < o.workers, "--rank ", o.rank,
              " outside [0, --workers ", o.workers, ")");
   GP_ENFORCE(o.keys >= 1 && o.numel >= 256 * o.keys, "--numel must be at least 256 x --keys");
@@ -99,9 +108,7 @@ void AddScaleCommand(CLI::App& app) {
       "scale-worker",
       "one synthetic worker of the scaling curve (scripts/scale.sh): real client and codecs, "
       "random gradients, no training compute; prints its median step, push and pull ms");
-  cmd->add_option("--servers", opt->servers, "shard addresses, in shard order")
-      ->delimiter(',')
-      ->required();
+  cmd->add_option("--servers", opt->servers, "shard addresses, in shard order")->delimiter(',');
   cmd->add_option("--rank", opt->rank, "this worker's rank");
   cmd->add_option("--workers", opt->workers, "workers in the job");
   cmd->add_option("--numel", opt->numel, "float32 elements in the model");
@@ -110,6 +117,8 @@ void AddScaleCommand(CLI::App& app) {
   cmd->add_option("--steps", opt->steps, "measured steps");
   cmd->add_option("--warmup", opt->warmup, "steps before measuring");
   cmd->add_option("--partition-mb", opt->partition_mb, "cluster.partition_mb");
+  cmd->add_flag("--print-codec", opt->print_codec,
+                "print --codec as the YAML block a server's --set pull= takes, and exit");
   cmd->callback([opt] { RunScaleWorker(*opt); });
 }
 

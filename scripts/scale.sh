@@ -89,14 +89,7 @@ SH
 
 IFS=';' read -r -a codec_list <<<"$codecs"
 for codec in "${codec_list[@]}"; do
-  pull=$(python3 -c 'import sys; t = sys.argv[1].split(); head, _, tail = " ".join(t).partition(" then=")
-def block(spec):
-    w = spec.split(); d = {"codec": w[0]}
-    for kv in w[1:]: k, v = kv.split("=", 1); d[k] = v
-    return d
-b = block(head)
-if tail: b["then"] = block(tail)
-print("{" + ", ".join(f"{k}: " + ("{" + ", ".join(f"{a}: {c}" for a, c in v.items()) + "}" if isinstance(v, dict) else v) for k, v in b.items()) + "}")' "$codec")
+  pull=$("$bench" scale-worker --codec "$codec" --print-codec) || exit 2  # the same block
   for S in $servers_list; do
     for W in $workers_list; do
       dir=$out/points/$(echo "$codec" | tr -c 'a-z0-9.=' '_')-s$S-w$W

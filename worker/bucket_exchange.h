@@ -53,6 +53,7 @@ class BucketExchange {
   BucketExchange& operator=(const BucketExchange&) = delete;
 
   int buckets() const { return static_cast<int>(pending_init_.size()); }
+  int bucket_of(size_t key) const { return bucket_of_.at(key); }
   // Starts a step: the results will be written into `out` (the whole model, model order).
   void Begin(int64_t step, std::vector<torch::Tensor>* out);
   // Key i's gradient for this step (held, not copied: it must not change until Finish).

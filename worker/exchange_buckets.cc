@@ -23,12 +23,8 @@ class BucketsExchange : public Exchange {
         buckets_(ctx.client, split_, std::min<int>(8, split_.size())),
         // DGC's clipping needs every gradient first: its buckets go out after backward.
         hooks_(ctx.config->compress.clip_norm <= 0) {
-    for (size_t b = 0; b < split_.size(); ++b)
-      for (int k = 0; k < split_[b]; ++k) {
-        const size_t key = bucket_of_.size();
-        key_of_[(*ctx.params)[key].unsafeGetTensorImpl()] = key;
-        bucket_of_.push_back(static_cast<int>(b));
-      }
+    for (size_t key = 0; key < ctx.params->size(); ++key)
+      key_of_[(*ctx.params)[key].unsafeGetTensorImpl()] = key;
     settled_.assign(split_.size(), 1);
     if (!hooks_) return;
     for (size_t i = 0; i < ctx.params->size(); ++i) {
@@ -88,7 +84,7 @@ class BucketsExchange : public Exchange {
     if (!pending_) return;
     for (const auto& p : layer.parameters()) {
       const auto it = key_of_.find(p.unsafeGetTensorImpl());
-      if (it != key_of_.end()) SettleBucket(bucket_of_[it->second]);
+      if (it != key_of_.end()) SettleBucket(buckets_.bucket_of(it->second));
     }
   }
   bool Settle(SettledStep* done) override {
@@ -150,7 +146,6 @@ class BucketsExchange : public Exchange {
   std::vector<torch::Tensor> weights_out_;  // weights: aliases of the parameters
   BucketExchange buckets_;
   bool hooks_;
-  std::vector<int> bucket_of_;                                 // per key
   std::unordered_map<const c10::TensorImpl*, size_t> key_of_;  // parameter -> key
   bool pending_ = false;                                       // Finish ran, Settle did not
   std::vector<char> settled_;                                  // per bucket, the pending step

@@ -50,6 +50,17 @@ class SharedTurn : public Uplink {
   int holders_ = 0;
 };
 
+// The stats of the shards in `which` (all if empty), merged.
+StepStats MergeAll(const std::vector<StepStats>& st, const std::vector<int>& which = {}) {
+  StepStats all;
+  if (which.empty()) {
+    for (size_t s = 0; s < st.size(); ++s) Merge(st[s], s == 0, &all);
+  } else {
+    for (size_t k = 0; k < which.size(); ++k) Merge(st[which[k]], k == 0, &all);
+  }
+  return all;
+}
+
 }  // namespace
 
 ShardedClient::ShardedClient(ClientOptions options, std::vector<std::string> servers,
@@ -198,9 +209,7 @@ StepStats ShardedClient::PushPull(int64_t step, const std::vector<torch::Tensor>
     std::vector<torch::Tensor> views = Views(s, *out);
     st[s] = shards_[s]->PushPull(step, Views(s, grads), &views, base_step);
   });
-  StepStats all;
-  for (size_t s = 0; s < st.size(); ++s) Merge(st[s], s == 0, &all);
-  return all;
+  return MergeAll(st);
 }
 
 StepStats ShardedClient::PushPullBucket(int64_t step, int bucket,
@@ -219,18 +228,14 @@ StepStats ShardedClient::PushPullBucket(int64_t step, int bucket,
                                            upload ? &turn : nullptr);
       },
       which);
-  StepStats all;
-  for (size_t k = 0; k < which.size(); ++k) Merge(st[which[k]], k == 0, &all);
-  return all;
+  return MergeAll(st, which);
 }
 
 StepStats ShardedClient::Push(int64_t step, const std::vector<torch::Tensor>& grads,
                               int64_t base_step) {
   std::vector<StepStats> st(shards_.size());
   ForShards([&](int s) { st[s] = shards_[s]->Push(step, Views(s, grads), base_step); });
-  StepStats all;
-  for (size_t s = 0; s < st.size(); ++s) Merge(st[s], s == 0, &all);
-  return all;
+  return MergeAll(st);
 }
 
 StepStats ShardedClient::Pull(std::vector<torch::Tensor>* out, int64_t step) {
@@ -239,9 +244,7 @@ StepStats ShardedClient::Pull(std::vector<torch::Tensor>* out, int64_t step) {
     std::vector<torch::Tensor> views = Views(s, *out);
     st[s] = shards_[s]->Pull(&views, step);
   });
-  StepStats all;
-  for (size_t s = 0; s < st.size(); ++s) Merge(st[s], s == 0, &all);
-  return all;
+  return MergeAll(st);
 }
 
 int64_t ShardedClient::Heartbeat() {

@@ -34,7 +34,8 @@ gone() {  # every namespace named in file $1 is gone
   return 0
 }
 
-# A receiver that counts bytes until EOF and prints the rate from its first byte on, and a
+# A receiver that counts bytes until EOF and prints them with the monotonic times of the first
+# and the last byte (one clock for every namespace, so concurrent transfers add up), and a
 # sender of N bytes (run inside the namespaces).
 cat >"$out/recv.py" <<'PY'
 import socket, sys, time
@@ -47,8 +48,7 @@ while True:
     if not d: break
     if t0 is None: t0 = time.monotonic()
     n += len(d)
-dt = time.monotonic() - t0
-print(f"{n} {dt:.3f} {n * 8 / dt / 1e6:.1f}")
+print(f"{n} {t0:.6f} {time.monotonic():.6f}")
 PY
 cat >"$out/send.py" <<'PY'
 import socket, sys
@@ -57,21 +57,6 @@ buf = b"x" * (1 << 16); left = int(sys.argv[3])
 while left > 0:
     c.sendall(buf[:min(left, len(buf))]); left -= min(left, len(buf))
 c.close()
-PY
-# The same, printing bytes and the monotonic times of the first and the last byte (one clock
-# for every namespace), to add up concurrent transfers.
-cat >"$out/recvt.py" <<'PY'
-import socket, sys, time
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(1)
-open(sys.argv[3], "w").write("ready\n")
-c, _ = s.accept(); n = 0; t0 = None
-while True:
-    d = c.recv(1 << 16)
-    if not d: break
-    if t0 is None: t0 = time.monotonic()
-    n += len(d)
-print(f"{n} {t0:.6f} {time.monotonic():.6f}")
 PY
 cat >"$out/echo.py" <<'PY'
 import socket, sys
@@ -127,7 +112,9 @@ SH
 OUTDIR=$out bash "$netem" --rate 50mbit --workers 1 -- bash "$out/cap.sh" || fail "cap run failed"
 gone "$out/ns"
 for dir in up down; do
-  read -r n secs mbit <"$out/$dir"
+  read -r n t0 t1 <"$out/$dir"
+  secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
+  mbit=$(awk -v n="$n" -v s="$secs" 'BEGIN { printf "%.1f", n * 8 / s / 1e6 }')
   echo "netem_test: $dir: $n bytes in $secs s = $mbit Mbit/s through a 50mbit link"
   awk -v m="$mbit" 'BEGIN { exit !(m > 35 && m < 55) }' || fail "$dir rate $mbit Mbit/s is not about 50"
 done
@@ -140,8 +127,8 @@ read -r s0 s1 <<<"$NETEM_SERVER_IPS"  # the server's address on each worker's li
 read -r w0 w1 <<<"$NETEM_WORKER_NS"
 echo $NETEM_SERVER_NS $NETEM_WORKER_NS >>"$OUTDIR/ns1b"
 rm -f "$OUTDIR/r0" "$OUTDIR/r1"
-ip netns exec "$NETEM_SERVER_NS" python3 "$OUTDIR/recvt.py" 0.0.0.0 9010 "$OUTDIR/r0" >"$OUTDIR/$NETEM_TOPOLOGY.0" &
-ip netns exec "$NETEM_SERVER_NS" python3 "$OUTDIR/recvt.py" 0.0.0.0 9011 "$OUTDIR/r1" >"$OUTDIR/$NETEM_TOPOLOGY.1" &
+ip netns exec "$NETEM_SERVER_NS" python3 "$OUTDIR/recv.py" 0.0.0.0 9010 "$OUTDIR/r0" >"$OUTDIR/$NETEM_TOPOLOGY.0" &
+ip netns exec "$NETEM_SERVER_NS" python3 "$OUTDIR/recv.py" 0.0.0.0 9011 "$OUTDIR/r1" >"$OUTDIR/$NETEM_TOPOLOGY.1" &
 for _ in $(seq 50); do [[ -f "$OUTDIR/r0" && -f "$OUTDIR/r1" ]] && break; sleep 0.1; done
 ip netns exec "$w0" python3 "$OUTDIR/send.py" "$s0" 9010 4000000 &
 ip netns exec "$w1" python3 "$OUTDIR/send.py" "$s1" 9011 4000000 &

@@ -65,13 +65,6 @@ std::vector<std::vector<torch::Tensor>> RunJob(const Config& c, const std::strin
   return weights;
 }
 
-double MaxDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  REQUIRE(a.size() == b.size());
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, (a[i] - b[i]).abs().max().item<double>());
-  return d;
-}
-
 std::vector<int64_t> Steps(const std::string& dir) {
   std::vector<int64_t> s;
   for (const auto& [step, path] : ListCheckpoints(dir)) s.push_back(step);

@@ -1,8 +1,11 @@
 #pragma once
 // Helpers shared by the trainer tests: a worker's options against an in-process server.
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "common/config.h"
+#include "tests/catch_torch.h"
 #include "tests/server/cluster.h"
 #include "worker/trainer.h"
 
@@ -21,6 +24,14 @@ inline worker::TrainerOptions TrainerOptionsFor(const Config& c, int rank, const
   o.run_dir = run_dir;
   o.max_steps = max_steps;
   return o;
+}
+
+// Largest |a[i] - b[i]| over two models' tensors (same count, same shapes).
+inline double MaxDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  REQUIRE(a.size() == b.size());
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, (a[i] - b[i]).abs().max().item<double>());
+  return d;
 }
 
 }  // namespace gradpress::testing
