@@ -51,8 +51,11 @@ while True:
 print(f"{n} {t0:.6f} {time.monotonic():.6f}")
 PY
 cat >"$out/send.py" <<'PY'
-import socket, sys
+import os, socket, sys, time
 c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+if len(sys.argv) > 5:  # connected: say so (argv[4]), then start when argv[5] exists
+    open(sys.argv[4], "w").write("ready\n")
+    while not os.path.exists(sys.argv[5]): time.sleep(0.001)
 buf = b"x" * (1 << 16); left = int(sys.argv[3])
 while left > 0:
     c.sendall(buf[:min(left, len(buf))]); left -= min(left, len(buf))
@@ -130,8 +133,13 @@ rm -f "$OUTDIR/r0" "$OUTDIR/r1"
 ip netns exec "$NETEM_SERVER_NS" python3 "$OUTDIR/recv.py" 0.0.0.0 9010 "$OUTDIR/r0" >"$OUTDIR/$NETEM_TOPOLOGY.0" &
 ip netns exec "$NETEM_SERVER_NS" python3 "$OUTDIR/recv.py" 0.0.0.0 9011 "$OUTDIR/r1" >"$OUTDIR/$NETEM_TOPOLOGY.1" &
 for _ in $(seq 50); do [[ -f "$OUTDIR/r0" && -f "$OUTDIR/r1" ]] && break; sleep 0.1; done
-ip netns exec "$w0" python3 "$OUTDIR/send.py" "$s0" 9010 4000000 &
-ip netns exec "$w1" python3 "$OUTDIR/send.py" "$s1" 9011 4000000 &
+# Both senders connect first and start together, so the transfers overlap whole (a sender's
+# late start under load would leave the link idle and lower the sum).
+rm -f "$OUTDIR/s0" "$OUTDIR/s1" "$OUTDIR/go"
+ip netns exec "$w0" python3 "$OUTDIR/send.py" "$s0" 9010 4000000 "$OUTDIR/s0" "$OUTDIR/go" &
+ip netns exec "$w1" python3 "$OUTDIR/send.py" "$s1" 9011 4000000 "$OUTDIR/s1" "$OUTDIR/go" &
+for _ in $(seq 100); do [[ -f "$OUTDIR/s0" && -f "$OUTDIR/s1" ]] && break; sleep 0.1; done
+touch "$OUTDIR/go"
 wait
 SH
 for topo in star links; do
