@@ -120,9 +120,9 @@ grpc::Status ParameterService::Register(grpc::ServerContext* ctx, const proto::R
     std::vector<TensorSpec> model;
     for (const auto& s : req->model()) model.push_back(transport::FromProto(s));
     const std::vector<int> buckets(req->bucket_keys().begin(), req->bucket_keys().end());
-    const RegisterResult r =
-        store_->Register(Id(req->worker_id(), req->incarnation()), model, req->config_hash(),
-                         buckets, {req->shard(), req->shards(), req->placement_hash()});
+    const RegisterResult r = store_->Register(
+        Id(req->worker_id(), req->incarnation()), model, req->config_hash(), buckets,
+        {req->shard(), req->shards(), req->placement_hash(), req->catch_up_step()});
     reply->set_rank(r.rank);
     reply->set_world_size(r.world_size);
     reply->set_server_step(r.server_step);

@@ -138,8 +138,27 @@ RegisterResult ParameterStore::Register(const WorkerId& w, const std::vector<Ten
     placement_hash_ = shard.placement_hash;
     placement_set_ = true;
   }
+  if (shard.catch_up_step > step_) CatchUp(w, shard.catch_up_step);
   const Member& m = members_.Join(w, step_);
   return {m.rank, opt_.workers, step_, model_.initialized};
+}
+
+void ParameterStore::CatchUp(const WorkerId& w, int64_t step) {
+  GP_REFUSE(FailedPrecondition, Reason::kBadRequest,
+            opt_.shards > 1 && step_ == started_at_ && agg_.Idle(), "worker '", w.name,
+            "' asks shard ", opt_.shard, " to catch up to step ", step, " from step ", step_,
+            ": only a shard of several that has not completed a step since it (re)started can (",
+            opt_.shards == 1 ? "this server is not sharded" : "this one has", ")");
+  spdlog::warn(
+      "shard {}: restarted at step {}, behind the job: brought to step {} by worker '{}', whose "
+      "weights it takes; its server momentum and pull-codec state are those of step {}",
+      opt_.shard, step_, step, w.name, step_);
+  step_ = step;
+  started_at_ = step;
+  agg_.SetStep(step);
+  stats_.steps = step;
+  model_.initialized = false;  // the worker's InitWeights seeds the weights
+  model_.initialized_by = {};
 }
 
 Member& ParameterStore::CheckWorker(const WorkerId& w) { return members_.Check(w, step_); }

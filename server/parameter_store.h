@@ -171,6 +171,9 @@ class ParameterStore {
   ModelState::Reject Rejecter() {
     return [this](const char* reason) { Reject(reason); };
   }
+  // Sharded servers: a shard restarted behind the job jumps to the job's open step and waits
+  // for w's weights (ShardClaim.catch_up_step); refused once it has completed a step. mu_ held.
+  void CatchUp(const WorkerId& w, int64_t step);
   // The first Register's model; mu_ held.
   void SetModel(const std::vector<TensorSpec>& model, const std::string& config_hash);
   void MaybeFinalize(Lane& lane);  // mu_ held
@@ -204,6 +207,7 @@ class ParameterStore {
   uint64_t placement_hash_ = 0;  // the first registration's (sharded servers)
   bool placement_set_ = false;
   int64_t last_checkpoint_step_ = -1;
+  int64_t started_at_ = 0;  // the step this process started or was restored at
   StoreStats stats_;
   double total_server_ms_ = 0;
 };

@@ -97,6 +97,7 @@ void ParameterStore::RestoreCheckpoint(const Checkpoint& c) {
   model_.weights_version = version;
   model_.initialized = initialized;
   last_checkpoint_step_ = step;
+  started_at_ = step;
   stats_.steps = step;
   spdlog::info("restored {} at step {} ({} keys, {} members to register again)",
                c.path.empty() ? "checkpoint" : c.path, step, model_.size(),

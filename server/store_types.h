@@ -41,11 +41,12 @@ struct StoreOptions {
 };
 
 // What a worker says of the shard it registers with (RegisterRequest.shard, shards,
-// placement_hash); shards 0 = an unsharded client.
+// placement_hash, catch_up_step); shards 0 = an unsharded client.
 struct ShardClaim {
   int shard = 0;
   int shards = 0;
   uint64_t placement_hash = 0;
+  int64_t catch_up_step = 0;  // > the shard's step: bring a restarted shard to the job's step
 };
 
 struct RegisterResult {

@@ -26,7 +26,7 @@ worker::RegisterInfo LocalClient::Register(const std::vector<worker::TensorSpec>
   auto buckets = SplitBuckets(model, bucket_keys);
   const server::RegisterResult r = store_->Register(
       id_, model, opt_.config_hash, buckets.size() > 1 ? bucket_keys : std::vector<int>{},
-      {opt_.shard, opt_.shards, opt_.placement_hash});
+      {opt_.shard, opt_.shards, opt_.placement_hash, opt_.catch_up_step});
   SetModel(model, std::move(buckets));
   return {r.rank, r.world_size, r.server_step, r.initialized};
 }

@@ -71,6 +71,7 @@ RegisterInfo PsClient::Register(const std::vector<TensorSpec>& model,
   req.set_shard(opt_.shard);
   req.set_shards(opt_.shards);
   req.set_placement_hash(opt_.placement_hash);
+  req.set_catch_up_step(opt_.catch_up_step);
   for (const auto& s : model) transport::ToProto(s, req.add_model());
   proto::RegisterReply reply = WithRetry(*impl_, opt_, "Register", [&](grpc::ClientContext* ctx) {
     proto::RegisterReply r;

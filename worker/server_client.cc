@@ -14,6 +14,11 @@ namespace gradpress::worker {
 using compressors::Compressor;
 using compressors::KeyPayload;
 
+bool LostByServer(const Error& e) {
+  if (e.code() == ErrorCode::kNotFound) return e.reason() == Reason::kNotRegistered;
+  return e.code() == ErrorCode::kFailedPrecondition && e.reason() == Reason::kRegisterAgain;
+}
+
 ServerClient::ServerClient(ClientOptions options) : opt_(std::move(options)) {
   compressors::RegisterBuiltinCompressors();
   compressors::MakeCompressor(opt_.push);  // a bad push codec fails here, not at step 1

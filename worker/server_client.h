@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/error.h"
 #include "compressors/compressor.h"
 #include "compressors/compressor_config.h"
 #include "transport/fault_injection.h"
@@ -53,6 +54,7 @@ struct ClientOptions {
   SecurityConfig security;         // TLS, token (gRPC; default: plaintext, no token)
   int shard = 0, shards = 1;       // sharded servers: which shard this client talks to
   uint64_t placement_hash = 0;     // ... and the placement it registers with
+  int64_t catch_up_step = 0;       // > 0: Register brings a restarted shard to this step
   transport::FaultOptions faults;  // injected per attempt (gRPC; default: none)
 };
 
@@ -109,6 +111,11 @@ class UplinkTurn {
   bool held_ = false;
 };
 
+// The server no longer knows this worker (it restarted without a checkpoint of it), or knows
+// it but wants it to register again (restored from a checkpoint; dropped after
+// worker_timeout_s): register again and go on.
+bool LostByServer(const Error& e);
+
 class ServerClient {
  public:
   explicit ServerClient(ClientOptions options);  // validates options.push
@@ -145,6 +152,17 @@ class ServerClient {
   // The server's weights into `params`, once their version is at least min_version.
   virtual void PullWeights(std::vector<torch::Tensor>* params, int64_t min_version = 0) = 0;
   virtual std::string StatsText() = 0;  // the server's counters, Prometheus text
+  // Sharded servers, after a call failed with LostByServer: the shards that lost this worker
+  // (restarted from older checkpoints) while the others still know it. Empty when none or
+  // every shard lost it (then the job rolls back to a checkpoint, as with one server).
+  virtual std::vector<int> ShardsBehind() { return {}; }
+  // Registers again with those shards, bringing them to `step` (the step that failed, which
+  // the other shards hold): each takes `params` (this worker's weights, nothing of `step`
+  // applied) unless another worker's came first.
+  virtual void RejoinShards(const std::vector<int>& shards, int64_t step,
+                            std::vector<torch::Tensor>* params) {
+    (void)shards, (void)step, (void)params;
+  }
 
   int buckets() const;                                     // 1 without a split
   std::pair<size_t, size_t> BucketKeys(int bucket) const;  // keys [begin, end) of bucket b
@@ -162,6 +180,7 @@ class ServerClient {
   // complete (the worker's schedule); never set = the server's train.lr.
   virtual void set_server_lr(double lr) { server_lr_ = lr; }
   const ClientOptions& options() const { return opt_; }
+  void set_catch_up_step(int64_t step) { opt_.catch_up_step = step; }  // see ClientOptions
 
   // For the carriers: key i's push codec; the shared decoder of a codec (thread-safe);
   // payloads of keys [begin, end) (a bucket or the whole model) decoded into out[begin, end).

@@ -1,5 +1,6 @@
 #include "worker/sharded_client.h"
 
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -129,10 +130,11 @@ RegisterInfo ShardedClient::Register(const std::vector<TensorSpec>& model,
     o.placement_hash = placement_.Hash();
     shards_.push_back(make_shard_(o));
   }
+  specs_ = std::move(specs);
+  split_.assign(S, {});
+  if (buckets.size() > 1) split_ = std::move(split);
   std::vector<RegisterInfo> infos(S);
-  ForShards([&](int s) {
-    infos[s] = shards_[s]->Register(specs[s], buckets.size() > 1 ? split[s] : std::vector<int>{});
-  });
+  ForShards([&](int s) { infos[s] = shards_[s]->Register(specs_[s], split_[s]); });
   RegisterInfo info = infos[0];
   for (const auto& i : infos) {
     info.server_step = std::min(info.server_step, i.server_step);
@@ -190,6 +192,44 @@ void ShardedClient::ForShards(const std::function<void(int)>& fn, const std::vec
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
+}
+
+std::vector<int> ShardedClient::ShardsBehind() {
+  std::vector<char> is_lost(shards_.size());
+  ForShards([&](int s) {
+    try {
+      shards_[s]->Heartbeat();
+    } catch (const Error& e) {
+      if (!LostByServer(e)) throw;
+      is_lost[s] = 1;
+    }
+  });
+  std::vector<int> lost;
+  for (int s = 0; s < static_cast<int>(shards_.size()); ++s)
+    if (is_lost[s]) lost.push_back(s);
+  if (lost.size() == shards_.size()) lost.clear();
+  return lost;
+}
+
+void ShardedClient::RejoinShards(const std::vector<int>& shards, int64_t step,
+                                 std::vector<torch::Tensor>* params) {
+  torch::NoGradGuard no_grad;
+  ForShards(
+      [&](int s) {
+        ServerClient& c = *shards_.at(s);
+        c.set_catch_up_step(step);
+        const RegisterInfo info = c.Register(specs_[s], split_[s]);
+        c.set_catch_up_step(0);
+        GP_ENFORCE(info.server_step == step, "shard ", s, " (", servers_[s],
+                   ") registered this worker again at step ", info.server_step,
+                   ", not at the job's step ", step);
+        std::vector<torch::Tensor> views = Views(s, *params);
+        const bool seeded = c.InitOrPull(&views);
+        spdlog::warn("{}: shard {} ({}) had lost this worker: registered again at step {}{}",
+                     opt_.worker_id, s, servers_[s], step,
+                     seeded ? "; it took this worker's weights" : "");
+      },
+      shards);
 }
 
 bool ShardedClient::InitOrPull(std::vector<torch::Tensor>* params) {

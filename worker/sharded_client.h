@@ -53,6 +53,9 @@ class ShardedClient : public ServerClient {
   void PublishWeights(int64_t round, const std::vector<torch::Tensor>& params) override;
   void PullWeights(std::vector<torch::Tensor>* params, int64_t min_version = 0) override;
   std::string StatsText() override;
+  std::vector<int> ShardsBehind() override;
+  void RejoinShards(const std::vector<int>& shards, int64_t step,
+                    std::vector<torch::Tensor>* params) override;
 
   std::string SaveState() const override;
   void LoadState(std::string_view state) override;
@@ -76,7 +79,9 @@ class ShardedClient : public ServerClient {
   ShardFactory make_shard_;
   transport::Placement placement_;
   std::vector<std::unique_ptr<ServerClient>> shards_;
-  std::vector<std::vector<size_t>> parts_of_;  // per shard: indices into placement_.parts
+  std::vector<std::vector<size_t>> parts_of_;   // per shard: indices into placement_.parts
+  std::vector<std::vector<TensorSpec>> specs_;  // per shard: its parts, as registered
+  std::vector<std::vector<int>> split_;         // per shard: its bucket split, as registered
   // Per bucket of the caller's split, per shard: the shard's own bucket index, -1 if the
   // bucket has no part there.
   std::vector<std::vector<int>> local_bucket_;

@@ -176,9 +176,6 @@ class Trainer {
   double ProbeTrainLoss(int64_t max_images);
   // Restores the checkpoint of `server_step` (Connect, when resuming); see TrainerOptions.
   void Resume(int64_t server_step);
-  // True for the errors of a server that no longer knows this worker: it restarted (from a
-  // checkpoint or from scratch: NotFound) or dropped it after worker_timeout_s.
-  static bool LostByServer(const Error& e);
   // Gradient methods with server.shadow_weights: the server holds the workers' weights.
   bool ServerHasShadow() const {
     return opt_.config.server.shadow_weights && opt_.config.sync.exchange == "gradients";

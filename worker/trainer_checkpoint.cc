@@ -183,18 +183,37 @@ void Trainer::Resume(int64_t server_step) {
                            "a lone worker of methods 3-6 rejoin a running server)");
 }
 
-bool Trainer::LostByServer(const Error& e) {
-  // Unknown to the server (it restarted without a checkpoint of us), or known but told to
-  // register again (restored from a checkpoint; dropped after worker_timeout_s).
-  if (e.code() == ErrorCode::kNotFound) return e.reason() == Reason::kNotRegistered;
-  return e.code() == ErrorCode::kFailedPrecondition && e.reason() == Reason::kRegisterAgain;
-}
-
 int64_t Trainer::Rejoin(const Error& why) {
   const int64_t before = step_;
+  // Cross-barrier: the step that failed was being applied bucket by bucket (step_ is past it).
+  const bool half_applied = held_.has_value();
   held_.reset();  // a step whose exchange failed is not reported
   spdlog::warn("worker-{} step {}: the server lost this worker ({}); registering again", opt_.rank,
                step_, why.what());
+  const std::vector<int> behind = client_->ShardsBehind();
+  if (!behind.empty()) {
+    // Some shards restarted from older checkpoints; the others hold the job at this step.
+    // Those are brought to it with this worker's weights, and the step runs again: nothing
+    // rolls back (the others answer the step again from the result they kept).
+    GP_REFUSE(FailedPrecondition, Reason::kBadRequest, !half_applied, "worker-", opt_.rank,
+              ": a shard restarted behind the job while step ", step_ - 1,
+              " was half applied (sync.cross_barrier); stop the job and start every process "
+              "again with --resume auto");
+    std::vector<torch::Tensor> weights = Parameters();
+    client_->RejoinShards(behind, step_, &weights);
+    std::string which;
+    for (int s : behind) which += (which.empty() ? "" : ",") + std::to_string(s);
+    spdlog::warn("worker-{}: shard(s) {} rejoined at step {} (0 steps rolled back)", opt_.rank,
+                 which, step_);
+    AppendLine(JsonLine()
+                   .Int("rank", opt_.rank)
+                   .Int("step", step_)
+                   .Str("event", "rejoin")
+                   .Str("shards", which)
+                   .Int("steps_lost", 0)
+                   .Done());
+    return 0;
+  }
   const bool shadow = ServerHasShadow();
   const bool has_checkpoints =
       !checkpoint_dir_.empty() && !ListCheckpoints(checkpoint_dir_).empty();

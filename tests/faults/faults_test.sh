@@ -8,7 +8,8 @@
 #   bash tests/faults/faults_test.sh build            # all scenarios (about 3 minutes)
 #   bash tests/faults/faults_test.sh build server_kill drop10   # some of them
 #
-# Scenarios: baseline, worker_kill, worker_lost, server_kill, sigterm, corrupt, drop10, auth.
+# Scenarios: baseline, worker_kill, worker_lost, server_kill, shard_kill, sigterm, corrupt,
+# drop10, auth.
 # Fails (exit 1) when a scenario does not hold: the job must complete (every surviving
 # process exits 0), final test accuracy within 1 point of the baseline, SIGTERM exits 0
 # within 10 s with a final checkpoint, lost server steps at most one checkpoint interval,
@@ -326,6 +327,73 @@ corrupt() {
   fi
 }
 
+# Two shards (cluster.servers): shard 1 is SIGKILLed mid-epoch and restarted with --resume
+# auto; its newest checkpoint is behind the job, so the workers bring it to the job's step with
+# their weights (RegisterRequest.catch_up_step) and run the failed step again: no step is lost.
+declare -A shard_pid shard_port
+start_shard() {  # DIR SHARD [args...]: logs DIR/server-SHARD.out; its port kept for a restart
+  local dir=$1 i=$2 log; shift 2
+  log=$dir/server-$i.out
+  mkdir -p "$dir"
+  "$server_bin" --config "$config" "${sets[@]}" --listen "127.0.0.1:${shard_port[$i]:-0}" \
+    --workers 2 --shard "$i" --shards 2 --run-dir "$dir" "$@" >>"$log" 2>&1 &
+  shard_pid[$i]=$!
+  pids+=("${shard_pid[$i]}")
+  for _ in $(seq 300); do
+    [[ -n ${shard_port[$i]:-} ]] ||
+      shard_port[$i]=$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$log" | head -1)
+    [[ -n ${shard_port[$i]:-} ]] && return 0
+    kill -0 "${shard_pid[$i]}" 2>/dev/null || break
+    sleep 0.1
+  done
+  cat "$log" >&2
+  echo "faults_test: shard $i did not start" >&2
+  return 1
+}
+
+shard_kill() {
+  local d=$out/shard_kill at restored a r0 r1 rc ok=1
+  shard_port=()
+  start_shard "$d" 0
+  start_shard "$d" 1
+  port=${shard_port[0]}
+  scenario_sets=(--set "cluster.servers=127.0.0.1:${shard_port[0]},127.0.0.1:${shard_port[1]}")
+  start_worker "$d" 0
+  start_worker "$d" 1
+  wait_step "$d" 0 "$kill_at"
+  r0=$(retries "$d" 0)
+  r1=$(retries "$d" 1)
+  kill -9 "${shard_pid[1]}"
+  wait "${shard_pid[1]}" 2>/dev/null || true
+  at=$(last_step "$d" 0)
+  restored=$(ls "$d/ckpt/server-1" | sed -n 's/step-0*\([0-9][0-9]*\)\.ckpt/\1/p' | sort -n | tail -1)
+  wait_retry "$d" 0 "$r0" && wait_retry "$d" 1 "$r1" || fail "shard_kill: the workers never retried"
+  start_shard "$d" 1 --resume auto
+  for r in 0 1; do
+    wait_rc "${wpid[$r]}"
+    [[ $rc == 0 ]] || { ok=0; echo "worker-$r exited $rc" >&2; tail -20 "$d/worker-$r.out" >&2; }
+  done
+  for i in 0 1; do
+    kill -TERM "${shard_pid[$i]}"
+    wait_rc "${shard_pid[$i]}"
+    [[ $rc == 0 ]] || { ok=0; echo "shard $i exited $rc" >&2; tail -20 "$d/server-$i.out" >&2; }
+  done
+  if [[ $ok == 1 ]]; then
+    grep -q "shard(s) 1 rejoined at step" "$d/worker-0.out" "$d/worker-1.out" ||
+      fail "shard_kill: no worker brought shard 1 back"
+    grep -q "brought to step" "$d/server-1.out" || fail "shard_kill: shard 1 did not catch up"
+    a=$(acc "$d")
+    within_point "$a" "$base_acc" || fail "shard_kill: accuracy $a vs baseline $base_acc"
+    row "shard 1 of 2 SIGKILLed at step $at, restarted (--resume auto)" \
+      "completed: its checkpoint (step $restored) was behind the job, so the workers brought it to the job's step with their weights and ran the failed step again" \
+      "0 (shard restored step $restored; its shadow weights retaken from the workers)" \
+      "$(points "$a" "$base_acc") pts (test acc $a)" "bash tests/faults/faults_test.sh build shard_kill"
+  else
+    fail "shard_kill: job did not complete"
+    row "shard of 2 SIGKILLed, restarted" "FAILED" "" "" ""
+  fi
+}
+
 # 10% of the workers' RPC attempts fail: half lose the request, half lose the reply (the
 # retry is then a duplicate the server must answer without applying it twice).
 drop10() {
@@ -396,7 +464,7 @@ auth() {
 }
 
 scenarios=("$@")
-[[ ${#scenarios[@]} -gt 0 ]] || scenarios=(worker_kill worker_lost server_kill sigterm corrupt drop10 auth)
+[[ ${#scenarios[@]} -gt 0 ]] || scenarios=(worker_kill worker_lost server_kill shard_kill sigterm corrupt drop10 auth)
 baseline
 for s in "${scenarios[@]}"; do
   [[ $s == baseline ]] && continue

@@ -15,6 +15,7 @@
 #include "server/server_options.h"
 #include "tests/server/cluster.h"
 #include "tests/wait_for.h"
+#include "tests/worker/trainer/step_gate.h"
 #include "tests/worker/trainer/trainer_util.h"
 #include "worker/ps_client.h"
 #include "worker/trainer.h"
@@ -194,84 +195,6 @@ compress: {min_numel: 100})");
   // moved them, in the max norm), a bounded offset, not a drift.
   CHECK(apart < moved);
 }
-
-// Holds each worker's exchange of step `at` (its first attempt) until Open(), so that the test
-// stops the server at a known step while every worker is about to push; then tells when each
-// worker has met the dead server (a retried call).
-class StepGate {
- public:
-  explicit StepGate(int64_t at) : at_(at) {}
-  // A worker's client calls this before each exchange.
-  void Pass(const std::string& worker, int64_t step, const worker::PsClient& client) {
-    if (step != at_) return;
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!arrived_.count(worker)) arrived_[worker] = {&client, client.retries()};
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return open_; });
-  }
-  // A client going away (its Trainer ends).
-  void Forget(const worker::PsClient& client) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [name, a] : arrived_)
-      if (a.client == &client) a.client = nullptr;
-  }
-  bool WaitArrived(size_t n) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, kWaitTimeout, [&] { return arrived_.size() >= n; });
-  }
-  void Open() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      open_ = true;
-    }
-    cv_.notify_all();
-  }
-  // Workers whose client retried a call since it reached the gate.
-  size_t Retried() {
-    std::lock_guard<std::mutex> lock(mu_);
-    size_t n = 0;
-    for (const auto& [name, a] : arrived_) n += a.client && a.client->retries() > a.retries;
-    return n;
-  }
-
- private:
-  struct Arrival {
-    const worker::PsClient* client;
-    uint64_t retries;  // at the gate
-  };
-  const int64_t at_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::string, Arrival> arrived_;
-  bool open_ = false;
-};
-
-// The gRPC client, its exchanges passing the gate first.
-class GatedClient : public worker::PsClient {
- public:
-  GatedClient(const worker::ClientOptions& o, StepGate* gate) : PsClient(o), gate_(gate) {}
-  ~GatedClient() override { gate_->Forget(*this); }
-  worker::StepStats PushPull(int64_t step, const std::vector<torch::Tensor>& grads,
-                             std::vector<torch::Tensor>* out, int64_t base_step) override {
-    gate_->Pass(options().worker_id, step, *this);
-    return PsClient::PushPull(step, grads, out, base_step);
-  }
-  worker::StepStats PushPullBucket(int64_t step, int bucket,
-                                   const std::vector<torch::Tensor>& grads,
-                                   std::vector<torch::Tensor>* out,
-                                   worker::Uplink* upload) override {
-    gate_->Pass(options().worker_id, step, *this);
-    return PsClient::PushPullBucket(step, bucket, grads, out, upload);
-  }
-  worker::StepStats Push(int64_t step, const std::vector<torch::Tensor>& grads,
-                         int64_t base_step) override {
-    gate_->Pass(options().worker_id, step, *this);
-    return PsClient::Push(step, grads, base_step);
-  }
-
- private:
-  StepGate* gate_;
-};
 
 // The server dies mid-run (no final checkpoint) and a new one starts on the same port from
 // its newest checkpoint: the workers see UNAVAILABLE, back off, find themselves unknown
