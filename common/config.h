@@ -98,14 +98,15 @@ struct CompressConfig {
 };
 
 struct ServerConfig {
-  std::string listen = "0.0.0.0:50051";  // host:port; port 0 picks a free one
-  int threads = 2;                       // aggregation threads
-  double worker_timeout_s = 30;          // silent this long -> dropped from the barrier
-  int stats_every = 100;                 // steps between stats log lines; 0 = never
-  int metrics_port = 0;                  // Prometheus text endpoint; 0 = off
-  double deadline_s = 120;               // RPC deadline
-  int max_model_mb = 4096;               // largest model (float32 MB) a first Register may
-                                         // declare: the server allocates ~5x this
+  std::string listen = "0.0.0.0:50051";    // host:port; port 0 picks a free one
+  int threads = 2;                         // aggregation threads
+  double worker_timeout_s = 30;            // silent this long -> dropped from the barrier
+  int stats_every = 100;                   // steps between stats log lines; 0 = never
+  int metrics_port = 0;                    // HTTP: Prometheus /metrics and the dashboard; 0 = off
+  std::string metrics_host = "127.0.0.1";  // the address it binds (0.0.0.0: every interface)
+  double deadline_s = 120;                 // RPC deadline
+  int max_model_mb = 4096;                 // largest model (float32 MB) a first Register may
+                                           // declare: the server allocates ~5x this
   bool shadow_weights = true;  // gradient methods: the server keeps the workers' weights too
                                // (the same SGD on the same mean), so a lone restarted
                                // worker can pull them; costs one SGD pass per step

@@ -1,5 +1,7 @@
 #include "common/config_schema.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <climits>
@@ -185,6 +187,13 @@ void CheckName(const std::string& raw, const std::string& where) {
   }
 }
 
+void CheckIpv4(const std::string& raw, const std::string& where) {
+  in_addr a{};
+  if (inet_pton(AF_INET, Trim(raw).c_str(), &a) != 1)
+    throw InvalidArgument(where + ": '" + raw +
+                          "' is not an IPv4 address (e.g. 127.0.0.1, 0.0.0.0)");
+}
+
 void CheckNonEmpty(const std::string& raw, const std::string& where) {
   if (Trim(raw).empty()) throw InvalidArgument(where + ": expected a non-empty path");
 }
@@ -256,6 +265,7 @@ std::vector<ConfigField> ConfigFields(Config& c) {
       Double("server.worker_timeout_s", &c.server.worker_timeout_s, 0, kInf, /*lo_open=*/true),
       Int("server.stats_every", &c.server.stats_every, 0),
       Int("server.metrics_port", &c.server.metrics_port, 0, 65535),
+      String("server.metrics_host", &c.server.metrics_host, CheckIpv4),
       Double("server.deadline_s", &c.server.deadline_s, 0, kInf, /*lo_open=*/true),
       Bool("server.shadow_weights", &c.server.shadow_weights),
       Int("server.max_model_mb", &c.server.max_model_mb, 1),

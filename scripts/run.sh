@@ -7,6 +7,7 @@
 #   scripts/run.sh --resume runs/lenet-fmnist-m1/20261122-1300   # continue a stopped run
 #   scripts/run.sh --table runs/lenet-fmnist-m1/20261122-1300 ...  # the table of finished runs
 #   scripts/run.sh configs/lenet_fmnist_m5.yaml --servers 2     # the model sharded on 2 servers
+#   scripts/run.sh configs/lenet_fmnist_m5.yaml --dashboard 8080  # live page on 127.0.0.1:8080
 #
 # Each run writes <output.dir>/<name>/<timestamp>/ (output.dir: runs unless the config or
 # --set output.dir=... says otherwise): config.yaml, server.log, worker-<rank>.log,
@@ -15,7 +16,9 @@
 # step and checkpoints), then the server. --resume restarts everyone from the newest step
 # that the server and every worker have a checkpoint of. Builds if needed. --servers S starts
 # S gradpress-server shards (--shard i --shards S; logs server-<i>.log, checkpoints
-# ckpt/server-<i>) and gives the workers cluster.servers.
+# ckpt/server-<i>) and gives the workers cluster.servers. --dashboard PORT sets
+# server.metrics_port (shard i: PORT + i) and prints the dashboard's URL while the job runs;
+# afterwards scripts/dashboard.sh RUN_DIR rebuilds the page from metrics.jsonl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/launch.sh
@@ -32,9 +35,11 @@ while [[ $# -gt 0 ]]; do
     --set=*) sets+=(--set "${1#--set=}"); shift ;;
     --workers) workers=$2; shift 2 ;;
     --servers) servers=$2; shift 2 ;;
+    --dashboard) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --dashboard takes a port" >&2; exit 2; }
+                 sets+=(--set "server.metrics_port=$2"); shift 2 ;;
     --resume) resume_dir=${2%/}; shift 2 ;;
     --table) shift; while [[ $# -gt 0 && "$1" != -* ]]; do table_dirs+=("${1%/}"); shift; done ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     -*) echo "run.sh: unknown option '$1'" >&2; exit 2 ;;
     *) [[ -f "$1" ]] || { echo "run.sh: no config file '$1'" >&2; exit 2; }
        configs+=("$1"); shift ;;
@@ -165,6 +170,9 @@ print((c.get("output") or {}).get("dir") or "runs")')
     pids+=($!)
     port=$(gp_server_port "$run_dir" "$!" "$base.out") || { echo "run.sh: server $s did not start" >&2; exit 1; }
     addresses+=("127.0.0.1:$port")
+    # With server.metrics_port, the server logs its dashboard's URL before it says it listens.
+    url=$(sed -n 's/.*dashboard: \(http[^ ]*\).*/\1/p' "$run_dir/$base.out" | head -1)
+    [[ -z $url ]] || echo "== dashboard ($base): $url (live while the job runs)"
   done
   shard_sets=()
   if [[ $servers -gt 1 ]]; then

@@ -17,6 +17,7 @@ PACKAGES=(
   docker-compose python3-grpcio python3-yaml
   openssl curl clang-14 libclang-rt-14-dev llvm-14
   slurm-wlm munge
+  libjs-chart.js chromium fonts-dejavu-core
 )
 
 missing=()

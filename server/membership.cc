@@ -35,6 +35,7 @@ Member& Membership::Join(const WorkerId& w, int64_t step) {
     }
   }
   it->second.incarnation = w.incarnation;
+  ++it->second.joins;
   it->second.live = true;
   it->second.last_seen = Clock::now();
   return it->second;

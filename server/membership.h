@@ -40,6 +40,7 @@ struct Member {
   bool restored = false;    // known from a restored checkpoint, not registered since: its
                             // calls are refused ("register again"); steps wait for it
   int64_t async_step = -1;  // async: last push counter applied
+  int joins = 0;            // registrations by this process (more than 1: it rejoined)
 };
 
 class Membership {

@@ -69,8 +69,9 @@ void WriteReply(RawStream* stream, const Message& msg) {
 
 }  // namespace
 
-ParameterService::ParameterService(ParameterStore* store, double deadline_s, ServiceGate gate)
-    : store_(store), deadline_s_(deadline_s), token_(std::move(gate.token)) {
+ParameterService::ParameterService(ParameterStore* store, double deadline_s, ServiceGate gate,
+                                   Dashboard* dashboard)
+    : store_(store), dashboard_(dashboard), deadline_s_(deadline_s), token_(std::move(gate.token)) {
   if (gate.faults.ServerSide()) faults_ = std::make_unique<transport::FaultInjector>(gate.faults);
 }
 
@@ -178,7 +179,7 @@ WholePush ReadWholePush(PushFrameReader* frames, const std::vector<TensorSpec>& 
 }
 
 PushPullResult ReadPushStream(ParameterStore* store, PushFrameReader* frames,
-                              Clock::time_point deadline, bool wait) {
+                              Clock::time_point deadline, bool wait, Dashboard* dashboard) {
   grpc::ByteBuffer buffer;
   transport::WireMessage m;
   GP_ENFORCE(frames->Read(&buffer), "push stream ended before its header");
@@ -189,6 +190,7 @@ PushPullResult ReadPushStream(ParameterStore* store, PushFrameReader* frames,
   auto session = store->BeginPush(
       Id(h.worker_id(), h.incarnation()), h.step(), h.base_step(), deadline,
       h.has_lr() ? std::optional<double>(h.lr()) : std::nullopt, h.has_bucket() ? h.bucket() : -1);
+  if (dashboard && h.rows_size() > 0) dashboard->Add(h.rows());
   ParameterStore::Piece piece;
   while (frames->Read(&buffer)) {
     transport::ParseMessage(&buffer, &m);
@@ -212,7 +214,7 @@ PushPullResult ReadPushStream(ParameterStore* store, PushFrameReader* frames,
 PushPullResult ParameterService::StreamPush(const grpc::ServerContextBase& ctx, RawStream* stream,
                                             bool wait) {
   StreamFrames frames(stream);
-  return ReadPushStream(store_, &frames, Deadline(ctx), wait);
+  return ReadPushStream(store_, &frames, Deadline(ctx), wait, dashboard_);
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ParameterService::PushPull(Ctx* ctx) {
@@ -270,6 +272,7 @@ grpc::Status ParameterService::Heartbeat(grpc::ServerContext* ctx,
                                          proto::HeartbeatReply* reply) {
   return Serve(*ctx, [&] {
     reply->set_server_step(store_->Heartbeat(Id(req->worker_id(), req->incarnation())));
+    if (dashboard_ && req->rows_size() > 0) dashboard_->Add(req->rows());
     reply->set_live_workers(store_->Stats().live_workers);
   });
 }

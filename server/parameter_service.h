@@ -24,6 +24,7 @@
 #include <string>
 
 #include "proto/gradpress.grpc.pb.h"
+#include "server/dashboard.h"
 #include "server/parameter_store.h"
 #include "transport/fault_injection.h"
 #include "transport/raw_server.h"
@@ -42,8 +43,10 @@ class PushFrameReader {
 // (transport/wire.h) and streams them into store->BeginPush as views of the frames; returns
 // the session's Commit(wait). Throws InvalidArgument for a malformed stream, and whatever
 // BeginPush, Add and Commit throw.
+// dashboard (optional) takes the rows the push's header carries once the store accepted it.
 PushPullResult ReadPushStream(ParameterStore* store, PushFrameReader* frames,
-                              Clock::time_point deadline, bool wait);
+                              Clock::time_point deadline, bool wait,
+                              Dashboard* dashboard = nullptr);
 
 // A whole push (InitWeights, PublishWeights): a PushHeader, then chunks until the stream
 // ends, reassembled per key of `model` (transport/chunks.h). Throws InvalidArgument for a
@@ -75,7 +78,9 @@ class ParameterService final : public RawParameterServer {
  public:
   // deadline_s bounds how long a push waits at the barrier (the client's deadline, if
   // earlier, wins).
-  ParameterService(ParameterStore* store, double deadline_s, ServiceGate gate = {});
+  // dashboard (optional): where the rows that pushes carry go.
+  ParameterService(ParameterStore* store, double deadline_s, ServiceGate gate = {},
+                   Dashboard* dashboard = nullptr);
 
   grpc::Status Register(grpc::ServerContext* ctx, const proto::RegisterRequest* req,
                         proto::RegisterReply* reply) override;
@@ -112,6 +117,7 @@ class ParameterService final : public RawParameterServer {
   // The token check and the injected server faults, before any handler's work.
   grpc::Status Admit(const grpc::ServerContextBase& ctx);
   ParameterStore* store_;
+  Dashboard* dashboard_;
   double deadline_s_;
   const std::string token_;
   std::unique_ptr<transport::FaultInjector> faults_;  // null: no server-side faults

@@ -138,6 +138,8 @@ class ParameterStore {
   void CountFaultInjected();
   StoreStats Stats() const;
   int64_t step() const;
+  // The workers this server knows, by name (a copy; the dashboard's worker table).
+  std::map<std::string, Member> Members() const;
   // The registered model (empty before the first Register).
   std::vector<TensorSpec> model() const;
 

@@ -138,6 +138,11 @@ int64_t ParameterStore::step() const {
   return step_;
 }
 
+std::map<std::string, Member> ParameterStore::Members() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return members_.members();
+}
+
 StoreStats ParameterStore::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   StoreStats s = stats_;

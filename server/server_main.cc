@@ -27,7 +27,7 @@
 #include "common/error.h"
 #include "common/huge_pages.h"
 #include "common/logging.h"
-#include "server/metrics_http.h"
+#include "server/http_endpoint.h"
 #include "server/server_options.h"
 #include "server/server_runner.h"
 #include "transport/fault_injection.h"
@@ -98,20 +98,26 @@ int main(int argc, char** argv) {
     std::signal(SIGTERM, OnSignal);
     std::signal(SIGINT, OnSignal);
     const int port = runner.Start(listen);
+    // The dashboard's URL is logged before "listening on": launchers that wait for that line
+    // find the URL already written.
+    std::unique_ptr<gradpress::server::HttpEndpoint> metrics;
+    if (config.server.metrics_port > 0) {
+      const int metrics_port = config.server.metrics_port + store_options.shard;  // one a shard
+      runner.dashboard().set_job(config.name);
+      metrics = std::make_unique<gradpress::server::HttpEndpoint>(
+          [&](const gradpress::server::HttpRequest& r) { return runner.dashboard().Handle(r); });
+      metrics->Start(config.server.metrics_host, metrics_port);
+      const std::string host =
+          config.server.metrics_host == "0.0.0.0" ? "<this host>" : config.server.metrics_host;
+      spdlog::info("dashboard: http://{}:{}/{}  (Prometheus: /metrics)", host, metrics_port,
+                   runner.dashboard().needs_token() ? "?token=<security.token_file>" : "");
+    }
     std::cout << "gradpress-server: listening on port " << port << std::endl;
     if (!port_file.empty()) {  // whole or absent: written aside, then renamed
       const std::string tmp = port_file + ".tmp";
       GP_ENFORCE(static_cast<bool>(std::ofstream(tmp) << port << "\n"),
                  "--port-file: cannot write ", tmp);
       std::filesystem::rename(tmp, port_file);
-    }
-    std::unique_ptr<gradpress::server::MetricsHttp> metrics;
-    if (config.server.metrics_port > 0) {
-      const int metrics_port = config.server.metrics_port + store_options.shard;  // one a shard
-      metrics = std::make_unique<gradpress::server::MetricsHttp>(
-          [&] { return runner.store().Stats().Prometheus(); });
-      metrics->Start("0.0.0.0", metrics_port);
-      spdlog::info("Prometheus metrics on :{}/metrics", metrics_port);
     }
     if (store_options.shards > 1)
       spdlog::info("shard {} of {}", store_options.shard, store_options.shards);

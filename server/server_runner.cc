@@ -15,7 +15,8 @@ ServerRunner::ServerRunner(StoreOptions options, double deadline_s, const Securi
     : timeout_s_(options.worker_timeout_s),
       security_(transport::LoadServerSecurity(security)),
       store_(options),
-      service_(&store_, deadline_s, ServiceGate{security_.token, faults}) {
+      dashboard_({"", security_.token, options.shard, options.shards}, &store_),
+      service_(&store_, deadline_s, ServiceGate{security_.token, faults}, &dashboard_) {
   if (faults.ServerSide()) spdlog::warn("injected faults on: {}", faults.ToString());
 }
 

@@ -43,12 +43,15 @@ class ServerRunner {
   int Start(const std::string& address);
   void Stop(double grace_s = 5.0);
   ParameterStore& store() { return store_; }
+  // The dashboard's rows (from the pushes) and pages, for the HTTP port (server_main.cc).
+  Dashboard& dashboard() { return dashboard_; }
 
  private:
   void Watchdog();
   const double timeout_s_;
   const transport::ServerSecurity security_;
   ParameterStore store_;
+  Dashboard dashboard_;
   ParameterService service_;
   std::unique_ptr<grpc::Server> server_;
   std::thread watchdog_;

@@ -154,6 +154,7 @@ StepStats PsClient::Exchange(int64_t step, int64_t base_step, int bucket,
   const auto [begin, end] = Keys(bucket);
   const std::vector<KeyPush> pushes = EncodeAll(*this, step, grads, &st, begin, end);
   CheckTensors(*out, "PushPull output", begin, end);
+  const std::vector<proto::WorkerRow> rows = TakeReports();  // sent again with a retry
   Timer rpc;
   std::unique_ptr<ResultReader> got;
   WithRetry(
@@ -161,7 +162,7 @@ StepStats PsClient::Exchange(int64_t step, int64_t base_step, int bucket,
       [&](grpc::ClientContext* ctx) {
         transport::RawCall call(impl_->raw.get(), transport::MethodPath("PushPull"), ctx);
         turn.Take();
-        if (call.Write(HeaderMessage(opt_, step, base_step, server_lr_, bucket)))
+        if (call.Write(HeaderMessage(opt_, step, base_step, server_lr_, bucket, rows)))
           WriteRawPush(&call, pushes);
         call.WritesDone();
         turn.Give();  // the next bucket's push goes out while this one is completed and pulled
@@ -181,12 +182,13 @@ StepStats PsClient::Exchange(int64_t step, int64_t base_step, int bucket,
 StepStats PsClient::Push(int64_t step, const std::vector<torch::Tensor>& grads, int64_t base_step) {
   StepStats st;
   const std::vector<KeyPush> pushes = EncodeAll(*this, step, grads, &st, 0, model().size());
+  const std::vector<proto::WorkerRow> rows = TakeReports();
   Timer rpc;
   proto::PushReply reply = WithRetry(
       *impl_, opt_, "Push",
       [&](grpc::ClientContext* ctx) {
         transport::RawCall call(impl_->raw.get(), transport::MethodPath("Push"), ctx);
-        if (call.Write(HeaderMessage(opt_, step, base_step, server_lr_)))
+        if (call.Write(HeaderMessage(opt_, step, base_step, server_lr_, -1, rows)))
           WriteRawPush(&call, pushes);
         call.WritesDone();
         return ReadReply<proto::PushReply>(&call, "Push");

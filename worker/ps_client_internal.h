@@ -98,8 +98,10 @@ auto WithRetry(PsClient::Impl& impl, const ClientOptions& opt, const char* what,
 }
 
 inline void FillHeader(const ClientOptions& opt, int64_t step, int64_t base_step,
-                       std::optional<double> lr, proto::PushMessage* msg, int bucket = -1) {
+                       std::optional<double> lr, proto::PushMessage* msg, int bucket = -1,
+                       const std::vector<proto::WorkerRow>& rows = {}) {
   auto* h = msg->mutable_header();
+  for (const auto& r : rows) *h->add_rows() = r;
   if (bucket >= 0) h->set_bucket(bucket);
   h->set_worker_id(opt.worker_id);
   h->set_incarnation(opt.incarnation);

@@ -73,6 +73,7 @@ int64_t PsClient::Heartbeat() {
   proto::HeartbeatRequest req;
   req.set_worker_id(opt_.worker_id);
   req.set_incarnation(opt_.incarnation);
+  for (auto& row : TakeReports()) *req.add_rows() = std::move(row);
   return WithRetry(*impl_, opt_, "Heartbeat", [&](grpc::ClientContext* ctx) {
     proto::HeartbeatReply r;
     transport::ThrowIfError(impl_->stub->Heartbeat(ctx, req, &r), "Heartbeat");

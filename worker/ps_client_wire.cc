@@ -35,9 +35,10 @@ bool WriteRawPush(transport::RawCall* call, const std::vector<KeyPush>& pushes) 
 }
 
 grpc::ByteBuffer HeaderMessage(const ClientOptions& opt, int64_t step, int64_t base_step,
-                               std::optional<double> lr, int bucket) {
+                               std::optional<double> lr, int bucket,
+                               const std::vector<proto::WorkerRow>& rows) {
   proto::PushMessage msg;
-  FillHeader(opt, step, base_step, lr, &msg, bucket);
+  FillHeader(opt, step, base_step, lr, &msg, bucket, rows);
   return transport::FrameHeader(msg.header());
 }
 

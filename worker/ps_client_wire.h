@@ -31,9 +31,10 @@ struct KeyPush {
 // Writes every key's chunks; stops early (false) once the server has ended the call.
 bool WriteRawPush(transport::RawCall* call, const std::vector<KeyPush>& pushes);
 
-// The push stream's first message.
+// The push stream's first message; rows: the dashboard's rows it carries.
 grpc::ByteBuffer HeaderMessage(const ClientOptions& opt, int64_t step, int64_t base_step,
-                               std::optional<double> lr, int bucket = -1);
+                               std::optional<double> lr, int bucket = -1,
+                               const std::vector<proto::WorkerRow>& rows = {});
 
 // Reads a reply stream: a PullHeader, then chunks. Lossless payloads for CPU float32
 // contiguous tensors are copied from the received slices straight into `out`; the others

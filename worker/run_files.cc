@@ -23,9 +23,30 @@ JsonLine StepJson(int rank, const StepMetrics& m) {
       .Num("wait_ms", m.wait_ms)
       .Num("server_ms", m.server_ms)
       .Num("exposed_comm_ms", m.exposed_comm_ms)
+      .Num("step_ms", m.step_ms)
       .Bool("overlap", m.overlap);
   if (m.retries > 0) line.Int("retries", m.retries);
   return line;
+}
+
+proto::WorkerRow StepRow(int rank, const StepMetrics& m) {
+  proto::WorkerRow r;
+  r.set_kind(proto::WorkerRow::STEP);
+  r.set_rank(rank);
+  r.set_step(m.step);
+  r.set_loss(m.loss);
+  r.set_bytes_up(m.bytes_up);
+  r.set_bytes_down(m.bytes_down);
+  r.set_step_ms(m.step_ms);
+  r.set_compute_ms(m.compute_ms);
+  r.set_encode_ms(m.encode_ms);
+  r.set_network_ms(m.network_ms);
+  r.set_wait_ms(m.wait_ms);
+  r.set_decode_ms(m.decode_ms);
+  r.set_server_ms(m.server_ms);
+  r.set_exposed_comm_ms(m.exposed_comm_ms);
+  r.set_retries(m.retries);
+  return r;
 }
 
 void WriteSummaryJson(const std::string& run_dir, const Config& c, int workers,

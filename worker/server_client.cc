@@ -19,6 +19,19 @@ bool LostByServer(const Error& e) {
   return e.code() == ErrorCode::kFailedPrecondition && e.reason() == Reason::kRegisterAgain;
 }
 
+void ServerClient::Report(const proto::WorkerRow& row) {
+  std::lock_guard<std::mutex> lock(reports_mu_);
+  if (reports_.size() == kMaxReports) reports_.pop_front();
+  reports_.push_back(row);
+}
+
+std::vector<proto::WorkerRow> ServerClient::TakeReports() {
+  std::lock_guard<std::mutex> lock(reports_mu_);
+  std::vector<proto::WorkerRow> out(reports_.begin(), reports_.end());
+  reports_.clear();
+  return out;
+}
+
 ServerClient::ServerClient(ClientOptions options) : opt_(std::move(options)) {
   compressors::RegisterBuiltinCompressors();
   compressors::MakeCompressor(opt_.push);  // a bad push codec fails here, not at step 1

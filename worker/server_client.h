@@ -16,6 +16,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -29,6 +30,7 @@
 #include "common/error.h"
 #include "compressors/compressor.h"
 #include "compressors/compressor_config.h"
+#include "proto/gradpress.pb.h"
 #include "transport/fault_injection.h"
 
 namespace gradpress::worker {
@@ -181,6 +183,11 @@ class ServerClient {
   virtual void set_server_lr(double lr) { server_lr_ = lr; }
   const ClientOptions& options() const { return opt_; }
   void set_catch_up_step(int64_t step) { opt_.catch_up_step = step; }  // see ClientOptions
+  // The dashboard: a row of this worker's metrics.jsonl for the server, sent with the next
+  // push (gRPC; PushHeader.rows). At most kMaxReports wait; older ones are dropped.
+  static constexpr size_t kMaxReports = 64;
+  virtual void Report(const proto::WorkerRow& row);
+  std::vector<proto::WorkerRow> TakeReports();  // what waits, in order; none wait after
 
   // For the carriers: key i's push codec; the shared decoder of a codec (thread-safe);
   // payloads of keys [begin, end) (a bucket or the whole model) decoded into out[begin, end).
@@ -214,6 +221,8 @@ class ServerClient {
   std::vector<std::pair<size_t, size_t>> buckets_;              // keys [begin, end)
   std::mutex decoders_mu_;                                      // buckets decode concurrently
   std::map<std::string, std::unique_ptr<compressors::Compressor>> decoders_;
+  std::mutex reports_mu_;
+  std::deque<proto::WorkerRow> reports_;
 };
 
 // Lossless ("none") payloads of `params` (float32), keyed by `model`: initial or published

@@ -53,6 +53,7 @@ class ShardedClient : public ServerClient {
   void PublishWeights(int64_t round, const std::vector<torch::Tensor>& params) override;
   void PullWeights(std::vector<torch::Tensor>* params, int64_t min_version = 0) override;
   std::string StatsText() override;
+  void Report(const proto::WorkerRow& row) override { shards_.at(0)->Report(row); }
   std::vector<int> ShardsBehind() override;
   void RejoinShards(const std::vector<int>& shards, int64_t step,
                     std::vector<torch::Tensor>* params) override;

@@ -127,6 +127,8 @@ struct TrainSummary {
 
 // One step's metrics.jsonl line (DESIGN.md field names); callers may append fields.
 JsonLine StepJson(int rank, const StepMetrics& m);
+// The same step as the dashboard's row, which the worker's next push carries to the server.
+proto::WorkerRow StepRow(int rank, const StepMetrics& m);
 
 // Writes run_dir/summary.json (shared/DESIGN.md field names) atomically; `extra` may append
 // fields (gradpress-sim adds runner).
@@ -187,6 +189,8 @@ class Trainer {
   // server.shadow_weights). Returns the steps rolled back, or -1 (nothing changed) when
   // there is no way back (no checkpoint and no server weights to adopt).
   int64_t Rejoin(const Error& why);
+  // The rejoin's metrics.jsonl line and dashboard row (shards: those that caught up, or "").
+  void NoteRejoin(int64_t lost, const std::string& shards);
   void RestoreCheckpoint(const Checkpoint& c);
   void AppendLine(const std::string& line);
   // Step's parts: the exchange's counters into a row; the pending step settled into held_

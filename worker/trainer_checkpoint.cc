@@ -205,13 +205,7 @@ int64_t Trainer::Rejoin(const Error& why) {
     for (int s : behind) which += (which.empty() ? "" : ",") + std::to_string(s);
     spdlog::warn("worker-{}: shard(s) {} rejoined at step {} (0 steps rolled back)", opt_.rank,
                  which, step_);
-    AppendLine(JsonLine()
-                   .Int("rank", opt_.rank)
-                   .Int("step", step_)
-                   .Str("event", "rejoin")
-                   .Str("shards", which)
-                   .Int("steps_lost", 0)
-                   .Done());
+    NoteRejoin(0, which);
     return 0;
   }
   const bool shadow = ServerHasShadow();
@@ -228,13 +222,21 @@ int64_t Trainer::Rejoin(const Error& why) {
   }
   const int64_t lost = std::max<int64_t>(0, before - step_);
   spdlog::warn("worker-{}: rejoined at step {} ({} steps rolled back)", opt_.rank, step_, lost);
-  AppendLine(JsonLine()
-                 .Int("rank", opt_.rank)
-                 .Int("step", step_)
-                 .Str("event", "rejoin")
-                 .Int("steps_lost", lost)
-                 .Done());
+  NoteRejoin(lost, "");
   return lost;
+}
+
+void Trainer::NoteRejoin(int64_t lost, const std::string& shards) {
+  JsonLine line;
+  line.Int("rank", opt_.rank).Int("step", step_).Str("event", "rejoin");
+  if (!shards.empty()) line.Str("shards", shards);
+  AppendLine(line.Int("steps_lost", lost).Done());
+  proto::WorkerRow row;
+  row.set_kind(proto::WorkerRow::REJOIN);
+  row.set_rank(opt_.rank);
+  row.set_step(step_);
+  row.set_steps_lost(lost);
+  client_->Report(row);
 }
 
 }  // namespace gradpress::worker

@@ -25,6 +25,14 @@ void Trainer::SetPushCodec(const CompressionDecision& d, int64_t epoch) {
                  .Int("rung", d.rung)
                  .Str("reason", d.reason)
                  .Done());
+  proto::WorkerRow row;
+  row.set_kind(proto::WorkerRow::CODEC);
+  row.set_rank(opt_.rank);
+  row.set_epoch(static_cast<int32_t>(epoch));
+  row.set_step(step_);
+  row.set_push_codec(d.spec);
+  row.set_rung(d.rung);
+  client_->Report(row);
 }
 
 double Trainer::ProbeTrainLoss(int64_t max_images) {

@@ -47,6 +47,7 @@ TrainSummary Trainer::Run() {
     s.exposed_comm_ms += m.exposed_comm_ms;
     s.retries += m.retries;
     AppendLine(StepJson(opt_.rank, m).Done());
+    client_->Report(StepRow(opt_.rank, m));
     if (c.train.log_every > 0 && m.step % c.train.log_every == 0) {
       spdlog::info(
           "worker-{} epoch {} step {} loss {:.4f} {:.0f} images/s up {} B down {} B per step "
@@ -158,6 +159,14 @@ TrainSummary Trainer::Run() {
                    .Num("test_acc", em.test_acc)
                    .Num("epoch_s", em.epoch_s)
                    .Done());
+    proto::WorkerRow row;
+    row.set_kind(proto::WorkerRow::EPOCH);
+    row.set_rank(opt_.rank);
+    row.set_epoch(static_cast<int32_t>(em.epoch));
+    row.set_step(step_);
+    row.set_train_acc(em.train_acc);
+    row.set_test_acc(em.test_acc);
+    client_->Report(row);
     spdlog::info("worker-{} epoch {} train_acc {:.4f} test_acc {:.4f} ({:.1f} s)", opt_.rank, epoch,
                  em.train_acc, em.test_acc, em.epoch_s);
     if (controller_ && seen > 0 && !stop) {
@@ -189,6 +198,12 @@ TrainSummary Trainer::Run() {
   s.overlap = exchange_->overlaps();
   s.wall_s = wall.ElapsedSeconds();
   if (opt_.rank == 0 && done > 0) WriteSummary(s);  // a resumed, finished run keeps its own
+  try {
+    client_->Heartbeat();  // carries the dashboard's last rows (no push follows them)
+  } catch (const Error& e) {
+    spdlog::warn("worker-{}: the last rows for the server's dashboard were not sent: {}", opt_.rank,
+                 e.what());
+  }
   if (done == 0) spdlog::info("worker-{}: nothing left to train at step {}", opt_.rank, step_);
   return s;
 }

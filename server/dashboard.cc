@@ -1,0 +1,198 @@
+#include "server/dashboard.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+
+#include "common/json_line.h"
+#include "server/dashboard_assets.h"
+#include "server/parameter_store.h"
+
+namespace gradpress::server {
+namespace {
+
+constexpr int kMaxRowsPerPush = 64;
+constexpr int64_t kDefaultLimit = 5000, kMaxLimit = 20000;
+
+HttpResponse Json(std::string body) {
+  HttpResponse r;
+  r.content_type = "application/json";
+  r.body = std::move(body);
+  return r;
+}
+
+HttpResponse Error(int status, const std::string& why) {
+  HttpResponse r;
+  r.status = status;
+  r.content_type = "application/json";
+  r.body = JsonLine().Int("status", status).Str("error", why).Done() + "\n";
+  if (status == 401) r.headers["WWW-Authenticate"] = "Bearer realm=\"gradpress\"";
+  return r;
+}
+
+// Printable ASCII only, at most 200 bytes: a codec name from a worker stays a short label.
+std::string Label(const std::string& s) {
+  std::string out;
+  for (char c : s.substr(0, 200)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  return out;
+}
+
+// Constant time in the token's length, whatever matches.
+bool SameSecret(const std::string& a, const std::string& b) {
+  unsigned diff = a.size() != b.size();
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ (i < b.size() ? b[i] : 0);
+  return diff == 0;
+}
+
+// A whole non-negative integer in `s` (at most 18 digits), else -1.
+int64_t Count(const std::string& s) {
+  if (s.empty() || s.size() > 18 || !std::all_of(s.begin(), s.end(), ::isdigit)) return -1;
+  return std::strtoll(s.c_str(), nullptr, 10);
+}
+
+std::string Replace(std::string s, const std::string& marker, const std::string& with) {
+  const size_t at = s.find(marker);
+  if (at != std::string::npos) s.replace(at, marker.size(), with);
+  return s;
+}
+
+}  // namespace
+
+Dashboard::Dashboard(DashboardOptions options, const ParameterStore* store)
+    : opt_(std::move(options)), store_(store) {
+  page_ = Replace(std::string(assets::kPage, assets::kPageSize), "<!-- GP:CHARTJS -->",
+                  "<script src=\"chart.js\"></script>");
+  page_ = Replace(page_, "<!-- GP:DATA -->", "");
+}
+
+std::string Dashboard::RowJson(const proto::WorkerRow& r) {
+  JsonLine j;
+  j.Int("rank", r.rank());
+  switch (r.kind()) {
+    case proto::WorkerRow::STEP:
+      j.Int("step", r.step())
+          .Num("loss", r.loss())
+          .Int("bytes_up", static_cast<int64_t>(r.bytes_up()))
+          .Int("bytes_down", static_cast<int64_t>(r.bytes_down()))
+          .Num("compute_ms", r.compute_ms())
+          .Num("encode_ms", r.encode_ms())
+          .Num("decode_ms", r.decode_ms())
+          .Num("network_ms", r.network_ms())
+          .Num("wait_ms", r.wait_ms())
+          .Num("server_ms", r.server_ms())
+          .Num("exposed_comm_ms", r.exposed_comm_ms())
+          .Num("step_ms", r.step_ms());
+      if (r.retries() > 0) j.Int("retries", r.retries());
+      break;
+    case proto::WorkerRow::EPOCH:
+      j.Int("epoch", r.epoch())
+          .Int("step", r.step())
+          .Num("train_acc", r.train_acc())
+          .Num("test_acc", r.test_acc());
+      break;
+    case proto::WorkerRow::CODEC:
+      j.Int("epoch", r.epoch())
+          .Int("step", r.step())
+          .Str("push_codec", Label(r.push_codec()))
+          .Int("rung", r.rung());
+      break;
+    case proto::WorkerRow::REJOIN:
+      j.Int("step", r.step()).Str("event", "rejoin").Int("steps_lost", r.steps_lost());
+      break;
+    default:
+      return "";
+  }
+  return j.Done();
+}
+
+void Dashboard::Add(const google::protobuf::RepeatedPtrField<proto::WorkerRow>& rows) {
+  std::vector<std::string> json;
+  for (int i = 0; i < std::min(rows.size(), kMaxRowsPerPush); ++i) {
+    if (rows[i].rank() < 0 || rows[i].step() < 0) continue;
+    std::string line = RowJson(rows[i]);
+    if (!line.empty()) json.push_back(std::move(line));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& line : json) rows_.push_back(std::move(line));
+  while (rows_.size() > opt_.max_rows) {
+    rows_.pop_front();
+    ++first_;
+  }
+}
+
+std::string Dashboard::RowsJson(int64_t since, int64_t limit) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t end = first_ + static_cast<int64_t>(rows_.size());
+  const int64_t from = std::clamp(since, first_, end), to = std::min(end, from + limit);
+  std::string out = "{\"next\": " + std::to_string(to) +
+                    ", \"dropped\": " + std::to_string(std::max<int64_t>(0, first_ - since)) +
+                    ", \"rows\": [";
+  for (int64_t i = from; i < to; ++i) {
+    if (i > from) out += ",\n";
+    out += rows_[static_cast<size_t>(i - first_)];
+  }
+  return out + "]}\n";
+}
+
+std::string Dashboard::WorkersJson() const {
+  const StoreStats s = store_->Stats();
+  const auto now = Clock::now();
+  std::string workers;
+  for (const auto& [name, m] : store_->Members()) {
+    const char* state = m.restored ? "register_again" : m.live ? "live" : "dropped";
+    const double seen = std::chrono::duration<double>(now - m.last_seen).count();
+    workers +=
+        (workers.empty() ? "" : ", ") + JsonLine()
+                                            .Str("name", name)
+                                            .Int("rank", m.rank)
+                                            .Str("state", state)
+                                            .Int("incarnation", static_cast<int64_t>(m.incarnation))
+                                            .Num("last_seen_s", m.restored ? -1 : seen)
+                                            .Int("rejoins", std::max(0, m.joins - 1))
+                                            .Done();
+  }
+  std::string head = JsonLine()
+                         .Str("job", opt_.job)
+                         .Int("shard", opt_.shard)
+                         .Int("shards", opt_.shards)
+                         .Int("server_step", s.steps)
+                         .Int("bytes_in", static_cast<int64_t>(s.bytes_in))
+                         .Int("bytes_out", static_cast<int64_t>(s.bytes_out))
+                         .Int("live_workers", s.live_workers)
+                         .Done();
+  head.pop_back();  // the closing brace: the workers array follows
+  return head + ", \"workers\": [" + workers + "]}\n";
+}
+
+bool Dashboard::Authorized(const HttpRequest& r) const {
+  if (opt_.token.empty()) return true;
+  const auto h = r.headers.find("authorization");
+  if (h != r.headers.end() && h->second.rfind("Bearer ", 0) == 0)
+    return SameSecret(h->second.substr(7), opt_.token);
+  const auto q = r.query.find("token");
+  return q != r.query.end() && SameSecret(q->second, opt_.token);
+}
+
+HttpResponse Dashboard::Handle(const HttpRequest& r) const {
+  if (r.path == "/metrics") return {200, "text/plain; version=0.0.4", store_->Stats().Prometheus()};
+  if (r.path == "/chart.js")
+    return {200, "application/javascript", std::string(assets::kChartJs, assets::kChartJsSize)};
+  const bool api = r.path.rfind("/api/", 0) == 0;
+  if (!api && r.path != "/" && r.path != "/index.html") return Error(404, "no page " + r.path);
+  if (!Authorized(r))
+    return Error(401, "this dashboard needs the job's token: open /?token=<security.token_file>");
+  if (r.path == "/" || r.path == "/index.html") return {200, "text/html; charset=utf-8", page_};
+  if (r.path == "/api/workers") return Json(WorkersJson());
+  if (r.path == "/api/rows") {
+    const auto since = r.query.find("since"), limit = r.query.find("limit");
+    const int64_t s = since == r.query.end() ? 0 : Count(since->second);
+    const int64_t n = limit == r.query.end() ? kDefaultLimit : Count(limit->second);
+    if (s < 0) return Error(400, "since must be a row number (0, 1, ...)");
+    if (n < 1 || n > kMaxLimit)
+      return Error(400, "limit must be 1 to " + std::to_string(kMaxLimit));
+    return Json(RowsJson(s, n));
+  }
+  return Error(404, "no api " + r.path + " (api/rows, api/workers)");
+}
+
+}  // namespace gradpress::server

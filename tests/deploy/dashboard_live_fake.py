@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""The dashboard's live mode against a fake of the server's HTTP side (python3's http.server on
+127.0.0.1): / serves server/dashboard/index.html with its markers replaced as the real server
+does, /chart.js Debian's Chart.js, api/rows?since=N pages of a fixture (out of order, a re-run
+step, a codec change, a rejoin; the first rows "no longer held"), api/workers a fixed answer.
+Every request needs "Authorization: Bearer secret".
+
+  dashboard_live_fake.py SOURCE_DIR            # the test: three headless Chromium loads
+  dashboard_live_fake.py SOURCE_DIR --serve 8080  # serve it; open /?token=secret&refresh=1
+
+Checks, from the dumped DOM: with the token, every row arrives through several polls and the
+charts' data-points and the worker table match the fixture; when api/workers answers 503 the
+status line names it and the rows are still all shown; without the token the 401 is shown.
+Exit 0 on success, 1 naming the failed check (chromium or Chart.js missing included)."""
+import http.server, json, os, re, shutil, subprocess, sys, tempfile, threading, urllib.parse
+
+CHARTJS = os.environ.get("GP_CHARTJS", "/usr/share/javascript/chart.js/chart.min.js")
+TOKEN, PAGE, DROPPED = "secret", 9, 2
+
+
+def fixture():
+    rows = [{"rank": 0, "note": "gone"}, {"rank": 1, "note": "gone"}]  # before `dropped`
+    rows += [{"rank": r, "epoch": 0, "step": 0, "push_density": 0.5} for r in (0, 1)]
+    for s in range(30):
+        for r in (1, 0) if s % 2 else (0, 1):
+            loss = 9.9 if (r == 1 and 20 <= s < 23) else 2.0 / (1 + s / 10) + 0.05 * r
+            rows.append({"rank": r, "step": s, "loss": loss, "bytes_up": 500, "bytes_down": 1500,
+                         "compute_ms": 10, "encode_ms": 1, "decode_ms": 1, "network_ms": 3,
+                         "wait_ms": 2, "server_ms": 2, "exposed_comm_ms": 4, "step_ms": 17,
+                         "overlap": True})
+        if s == 22:
+            rows.append({"event": "silent", "worker": "worker-1", "step": 22})
+            rows.append({"rank": 1, "step": 20, "event": "rejoin", "steps_lost": 3, "shards": "1"})
+        if s in (9, 19, 29):
+            rows += [{"rank": r, "epoch": s // 10, "step": s + 1, "bytes_total": 1e4 * s,
+                      "train_acc": 0.5 + s / 100, "test_acc": 0.4 + s / 100 + r / 50,
+                      "epoch_s": 2.0} for r in (0, 1)]
+        if s == 15:
+            rows += [{"rank": r, "epoch": 1, "step": 15, "push_codec": "qsgd levels=16", "rung": 2,
+                      "reason": "plateau"} for r in (0, 1)]
+    # Rank 1 re-runs 20..22 after its rejoin: the latest rows win.
+    rows += [{**rows[i], "loss": 0.7} for i, r in enumerate(rows)
+             if r.get("rank") == 1 and "loss" in r and 20 <= r["step"] < 23]
+    return rows
+
+
+ROWS = fixture()
+WORKERS = {"job": "live-job", "shard": 0, "shards": 1, "server_step": 123, "bytes_in": 4.5e6,
+           "bytes_out": 9e6, "workers": [
+               {"name": f"worker-{rank}", "rank": rank, "state": state, "incarnation": inc,
+                "last_seen_s": seen, "rejoins": inc - 1}
+               for rank, state, inc, seen in ((0, "live", 1, 0.2), (1, "register_again", 2, 3.1),
+                                              (2, "dropped", 1, 60.0))]}
+
+
+def make_handler(page, chartjs, state):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def send(self, code, body, ctype="application/json"):
+            body = body.encode() if isinstance(body, str) else body
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            url = urllib.parse.urlsplit(self.path)
+            if url.path in ("/", "/index.html"):
+                return self.send(200, page, "text/html; charset=utf-8")
+            if url.path == "/chart.js":
+                return self.send(200, chartjs, "text/javascript")
+            if self.headers.get("Authorization") != "Bearer " + TOKEN:
+                return self.send(401, "missing or wrong bearer token", "text/plain")
+            if url.path == "/api/rows":
+                state["polls"] += 1
+                since = max(int(urllib.parse.parse_qs(url.query).get("since", ["0"])[0]), DROPPED)
+                part = ROWS[since:since + PAGE]
+                answer = {"next": since + len(part), "rows": part, "dropped": DROPPED}
+                return self.send(200, json.dumps(answer))
+            if url.path == "/api/workers":
+                if state["workers_fail"]:
+                    return self.send(503, "store is restoring", "text/plain")
+                return self.send(200, json.dumps(WORKERS))
+            self.send(404, "not found", "text/plain")
+    return Handler
+
+
+def fail(msg):
+    print("dashboard_live_fake: FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def main():
+    if len(sys.argv) < 2:
+        fail("usage: dashboard_live_fake.py SOURCE_DIR [--serve PORT]")
+    template = open(os.path.join(sys.argv[1], "server/dashboard/index.html")).read()
+    page = template.replace("<!-- GP:CHARTJS -->\n", '<script src="chart.js"></script>\n', 1)
+    page = page.replace("<!-- GP:DATA -->\n", "", 1)
+    if not os.path.isfile(CHARTJS):
+        fail(f"Chart.js not found at {CHARTJS} (apt-get install libjs-chart.js)")
+    state = {"polls": 0, "workers_fail": False}
+    handler = make_handler(page, open(CHARTJS, "rb").read(), state)
+    serve = "--serve" in sys.argv
+    port = int(sys.argv[sys.argv.index("--serve") + 1]) if serve else 0
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    if serve:
+        print(f"http://127.0.0.1:{server.server_port}/?token={TOKEN}&refresh=1")
+        server.serve_forever()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        fail("chromium not found (apt-get install chromium)")
+
+    def load(query):
+        with tempfile.TemporaryDirectory() as profile:
+            out = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                                  "--user-data-dir=" + profile, "--virtual-time-budget=5000",
+                                  "--dump-dom", f"http://127.0.0.1:{server.server_port}/{query}"],
+                                 capture_output=True, text=True, timeout=90)
+        if out.returncode != 0 or not out.stdout:
+            fail(f"chromium failed ({out.returncode}): {out.stderr[-2000:]}")
+        return out.stdout
+
+    def attr(dom, elem, name):
+        tag = re.search(r'<[a-z0-9]+ id="%s"[^>]*>' % elem, dom)
+        m = tag and re.search(r' %s="([^"]*)"' % name, tag.group(0))
+        return m.group(1) if m else None
+
+    def expect(dom, elem, name, want, why):
+        got = attr(dom, elem, name)
+        if got != str(want):
+            fail(f'#{elem} {name}="{got}", expected "{want}" ({why})')
+
+    held = ROWS[DROPPED:]
+    steps = {(r["rank"], r["step"]) for r in held if "loss" in r and "epoch" not in r}
+    epochs = [r for r in held if "test_acc" in r]
+    n_steps = len({s for _, s in steps})
+
+    # 1: the token, every row through several polls.
+    dom = load(f"?token={TOKEN}&refresh=0.2")
+    if state["polls"] < len(held) // PAGE:
+        fail(f"only {state['polls']} polls of api/rows for {len(held)} rows in pages of {PAGE}")
+    expect(dom, "gp-status", "data-mode", "live", "no #gp-rows in the served page")
+    expect(dom, "gp-status", "data-rows", len(held), "rows the server still holds")
+    expect(dom, "gp-status", "data-steps", len(steps), "distinct (rank, step) step rows")
+    expect(dom, "gp-status", "data-markers", 3, "density 0.5, qsgd levels=16, w1 rejoin")
+    expect(dom, "chart-loss-step", "data-points", len(steps), "a point per step row")
+    expect(dom, "chart-loss-bytes", "data-points", len(steps), "a point per step row")
+    expect(dom, "chart-steptime", "data-points", len(steps), "a point per step row")
+    expect(dom, "chart-bytes", "data-points", 3 * n_steps, "up, down, total per distinct step")
+    expect(dom, "chart-acc-step", "data-points", len(epochs), "a point per epoch row")
+    expect(dom, "chart-acc-bytes", "data-points", len(epochs), "a point per epoch row")
+    expect(dom, "chart-phases", "data-points", 2 * 5, "2 workers with rows x 5 phases")
+    if int(attr(dom, "gp-status", "data-renders") or 0) < 3:
+        fail("fewer than 3 renders in 5 s at refresh=0.2")
+    for name, st in (("worker-0", "live"), ("worker-1", "register_again"), ("worker-2", "dropped")):
+        if f'<tr data-worker="{name}" data-state="{st}"' not in dom:
+            fail(f"worker table: no {name} in state {st}")
+    if '<h1 id="gp-job">live-job</h1>' not in dom or 'id="gp-server-step">123<' not in dom:
+        fail("header: job name or server step from api/workers missing")
+    if f"{DROPPED} older rows no longer held" not in dom:
+        fail("status line does not mention the dropped rows")
+    if 'class="error"' in dom:
+        fail("status line shows an error with a healthy server")
+
+    # 2: api/workers fails: the status names it, the rows are all still there.
+    state["workers_fail"] = True
+    dom = load(f"?token={TOKEN}&refresh=0.2")
+    expect(dom, "gp-status", "data-steps", len(steps), "rows shown while api/workers fails")
+    if not re.search(r'id="gp-status"[^>]*class="error"[^>]*>error: api/workers: HTTP 503', dom):
+        fail("status line does not show api/workers' HTTP 503")
+
+    # 3: no token: 401 shown, the page keeps polling.
+    dom = load("?refresh=0.2")
+    if "api/rows?since=0: HTTP 401" not in dom:
+        fail("status line does not show the 401 without a token")
+    if int(attr(dom, "gp-status", "data-renders") or 0) < 3:
+        fail("the page stopped polling after a 401")
+    print(f"dashboard_live_fake: OK ({len(held)} rows, {state['polls']} polls)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+// The dashboard's server side (server/dashboard.h, server/http_endpoint.h): request parsing and
+// its 4xx answers, the token, the rows the workers' pushes carry as JSON, and an endpoint that
+// a silent or oversized client cannot stall. The page itself is tested in a browser
+// (tests/deploy/dashboard_*).
+#include "server/dashboard.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <future>
+#include <string>
+
+#include "server/parameter_store.h"
+#include "tests/catch_torch.h"
+#include "tests/wait_for.h"
+
+namespace gradpress::testing {
+namespace {
+
+using server::Dashboard;
+using server::HttpRequest;
+
+HttpRequest Get(const std::string& target, const std::string& auth = "") {
+  std::string head = "GET " + target + " HTTP/1.1\r\nHost: x\r\n";
+  if (!auth.empty()) head += "Authorization: " + auth + "\r\n";
+  HttpRequest r;
+  REQUIRE(server::ParseHttpRequest(head + "\r\n", &r) == 0);
+  return r;
+}
+
+proto::WorkerRow StepRow(int rank, int64_t step, double loss) {
+  proto::WorkerRow r;
+  r.set_kind(proto::WorkerRow::STEP);
+  r.set_rank(rank);
+  r.set_step(step);
+  r.set_loss(loss);
+  r.set_bytes_up(100);
+  r.set_step_ms(12.5);
+  return r;
+}
+
+google::protobuf::RepeatedPtrField<proto::WorkerRow> Rows(std::vector<proto::WorkerRow> v) {
+  google::protobuf::RepeatedPtrField<proto::WorkerRow> out;
+  for (auto& r : v) *out.Add() = r;
+  return out;
+}
+
+// Sends `request` to 127.0.0.1:port and returns the whole answer ("" if none in 10 s).
+std::string Ask(int port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+    ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+TEST_CASE("http: requests parse; malformed ones get 400, 405, 414", "[dashboard]") {
+  HttpRequest r;
+  CHECK(server::ParseHttpRequest(
+            "GET /api/rows?since=12&x=a%20b+c HTTP/1.1\r\nAuthorization:  Bearer t\r\n\r\n", &r) ==
+        0);
+  CHECK(r.path == "/api/rows");
+  CHECK(r.query.at("since") == "12");
+  CHECK(r.query.at("x") == "a b c");
+  CHECK(r.headers.at("authorization") == "Bearer t");
+  HttpRequest bad;
+  CHECK(server::ParseHttpRequest("garbage\r\n\r\n", &bad) == 400);
+  CHECK(server::ParseHttpRequest("GET nopath HTTP/1.1\r\n\r\n", &bad) == 400);
+  CHECK(server::ParseHttpRequest("GET /a%zz HTTP/1.1\r\n\r\n", &bad) == 400);
+  CHECK(server::ParseHttpRequest("GET / HTTP/1.1\r\nno colon\r\n\r\n", &bad) == 400);
+  CHECK(server::ParseHttpRequest("POST / HTTP/1.1\r\n\r\n", &bad) == 405);
+  CHECK(server::ParseHttpRequest("GET /" + std::string(3000, 'a') + " HTTP/1.1\r\n\r\n", &bad) ==
+        414);
+}
+
+TEST_CASE("dashboard: rows as metrics.jsonl JSON, paged by since; the oldest dropped past max_rows",
+          "[dashboard]") {
+  server::ParameterStore store(server::StoreOptions{});
+  Dashboard d({"job", "", 0, 1, /*max_rows=*/3}, &store);
+  proto::WorkerRow codec;
+  codec.set_kind(proto::WorkerRow::CODEC);
+  codec.set_step(7);
+  codec.set_push_codec("topk\n\"x\"\x01");
+  d.Add(Rows({StepRow(0, 0, 2.5), StepRow(1, 0, 2.25), codec}));
+  const std::string all = d.RowsJson(0, 10);
+  CHECK(all.find("\"next\": 3, \"dropped\": 0") != std::string::npos);
+  CHECK(all.find("{\"rank\": 0, \"step\": 0, \"loss\": 2.5, \"bytes_up\": 100") !=
+        std::string::npos);
+  CHECK(all.find("\"step_ms\": 12.5") != std::string::npos);
+  CHECK(all.find("\"push_codec\": \"topk?\\\"x\\\"?\"") != std::string::npos);  // printable only
+  CHECK(d.RowsJson(1, 1).find("\"next\": 2") != std::string::npos);
+  d.Add(Rows({StepRow(0, 1, 2.0), StepRow(0, -1, 9.0)}));  // a negative step is skipped
+  const std::string later = d.RowsJson(0, 10);
+  CHECK(later.find("\"next\": 4, \"dropped\": 1") != std::string::npos);
+  CHECK(later.find("\"loss\": 2.5") == std::string::npos);  // the first row is gone
+  CHECK(later.find("\"loss\": 9") == std::string::npos);
+  CHECK(d.RowsJson(4, 10).find("\"rows\": []") != std::string::npos);
+  CHECK(d.RowsJson(99, 10).find("\"next\": 4") != std::string::npos);  // past the end: nothing
+}
+
+TEST_CASE("dashboard: with a token, the page and api need it; /metrics and chart.js do not",
+          "[dashboard]") {
+  server::ParameterStore store(server::StoreOptions{});
+  Dashboard d({"job", "s3cret", 0, 1}, &store);
+  CHECK(d.Handle(Get("/")).status == 401);
+  CHECK(d.Handle(Get("/")).headers.count("WWW-Authenticate") == 1);
+  CHECK(d.Handle(Get("/api/rows", "Bearer wrong")).status == 401);
+  CHECK(d.Handle(Get("/api/workers?token=s3cre")).status == 401);
+  CHECK(d.Handle(Get("/api/rows", "Bearer s3cret")).status == 200);
+  CHECK(d.Handle(Get("/?token=s3cret")).status == 200);
+  CHECK(d.Handle(Get("/?token=s3cret")).body.find("<script src=\"chart.js\"></script>") !=
+        std::string::npos);
+  CHECK(d.Handle(Get("/metrics")).status == 200);
+  CHECK(d.Handle(Get("/chart.js")).body.size() > 100000);
+  CHECK(d.Handle(Get("/api/rows?since=-1&token=s3cret")).status == 400);
+  CHECK(d.Handle(Get("/api/rows?limit=999999&token=s3cret")).status == 400);
+  CHECK(d.Handle(Get("/api/other?token=s3cret")).status == 404);
+  CHECK(d.Handle(Get("/etc/passwd")).status == 404);
+  const std::string workers = d.Handle(Get("/api/workers?token=s3cret")).body;
+  CHECK(workers.find("\"job\": \"job\", \"shard\": 0, \"shards\": 1") != std::string::npos);
+  CHECK(workers.find("\"workers\": []") != std::string::npos);
+}
+
+TEST_CASE("http: a silent client or an oversized head does not stall the endpoint", "[dashboard]") {
+  server::ParameterStore store(server::StoreOptions{});
+  Dashboard d({"job", "", 0, 1}, &store);
+  server::HttpEndpoint http([&](const HttpRequest& r) { return d.Handle(r); });
+  const int port = http.Start("127.0.0.1", 0);
+  // A client connects and says nothing; another asks meanwhile and is answered.
+  auto silent = std::async(std::launch::async, [&] { return Ask(port, ""); });
+  const std::string answer = Ask(port, "GET /api/rows HTTP/1.0\r\n\r\n");
+  CHECK(answer.rfind("HTTP/1.0 200 OK", 0) == 0);
+  CHECK(answer.find("Content-Type: application/json") != std::string::npos);
+  silent.get();
+  CHECK(Ask(port, "GET / HTTP/1.0\r\nX: " + std::string(20000, 'a') + "\r\n\r\n")
+            .rfind("HTTP/1.0 431", 0) == 0);
+  CHECK(Ask(port, "DELETE / HTTP/1.0\r\n\r\n").rfind("HTTP/1.0 405", 0) == 0);
+  CHECK(Ask(port, "HEAD / HTTP/1.0\r\n\r\n").find("<html") == std::string::npos);  // no body
+  http.Stop();
+}
+
+}  // namespace
+}  // namespace gradpress::testing
