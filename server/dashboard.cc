@@ -174,15 +174,27 @@ bool Dashboard::Authorized(const HttpRequest& r) const {
 }
 
 HttpResponse Dashboard::Handle(const HttpRequest& r) const {
-  if (r.path == "/metrics") return {200, "text/plain; version=0.0.4", store_->Stats().Prometheus()};
+  if (r.path == "/metrics")
+    return {200, "text/plain; version=0.0.4",
+            store_->Stats().Prometheus() +
+                "# HELP gradpress_dashboard_requests_total Dashboard page and api answers.\n"
+                "# TYPE gradpress_dashboard_requests_total counter\n"
+                "gradpress_dashboard_requests_total " +
+                std::to_string(served_.load()) + "\n"};
   if (r.path == "/chart.js")
     return {200, "application/javascript", std::string(assets::kChartJs, assets::kChartJsSize)};
   const bool api = r.path.rfind("/api/", 0) == 0;
   if (!api && r.path != "/" && r.path != "/index.html") return Error(404, "no page " + r.path);
   if (!Authorized(r))
     return Error(401, "this dashboard needs the job's token: open /?token=<security.token_file>");
-  if (r.path == "/" || r.path == "/index.html") return {200, "text/html; charset=utf-8", page_};
-  if (r.path == "/api/workers") return Json(WorkersJson());
+  if (r.path == "/" || r.path == "/index.html") {
+    ++served_;
+    return {200, "text/html; charset=utf-8", page_};
+  }
+  if (r.path == "/api/workers") {
+    ++served_;
+    return Json(WorkersJson());
+  }
   if (r.path == "/api/rows") {
     const auto since = r.query.find("since"), limit = r.query.find("limit");
     const int64_t s = since == r.query.end() ? 0 : Count(since->second);
@@ -190,6 +202,7 @@ HttpResponse Dashboard::Handle(const HttpRequest& r) const {
     if (s < 0) return Error(400, "since must be a row number (0, 1, ...)");
     if (n < 1 || n > kMaxLimit)
       return Error(400, "limit must be 1 to " + std::to_string(kMaxLimit));
+    ++served_;
     return Json(RowsJson(s, n));
   }
   return Error(404, "no api " + r.path + " (api/rows, api/workers)");

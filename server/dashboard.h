@@ -9,7 +9,8 @@
 //   GET /chart.js          Chart.js            (public library code: no token)
 //   GET /api/rows?since=N  {"next", "dropped", "rows": [...]}: rows N.. (metrics.jsonl names)
 //   GET /api/workers       job, shard, step, bytes, and each worker's state
-//   GET /metrics           Prometheus text     (no token, as before the dashboard)
+//   GET /metrics           Prometheus text     (no token, as before the dashboard), with
+//                          gradpress_dashboard_requests_total (page and api answers)
 //
 // With a token (security.token_file), the page and /api need "Authorization: Bearer T" or
 // ?token=T (the page passes its own on to its requests); otherwise 401. Bad requests get 400,
@@ -18,6 +19,7 @@
 // Thread-safety: Add and Handle may run concurrently.
 #include <google/protobuf/repeated_field.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <mutex>
@@ -58,6 +60,7 @@ class Dashboard {
   DashboardOptions opt_;
   const ParameterStore* store_;
   std::string page_;  // the template with its markers replaced for live serving
+  mutable std::atomic<uint64_t> served_{0};  // page and api requests answered 200
   mutable std::mutex mu_;
   std::deque<std::string> rows_;
   int64_t first_ = 0;  // index of rows_.front()

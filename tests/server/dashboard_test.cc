@@ -111,6 +111,25 @@ TEST_CASE("dashboard: rows as metrics.jsonl JSON, paged by since; the oldest dro
   CHECK(d.RowsJson(99, 10).find("\"next\": 4") != std::string::npos);  // past the end: nothing
 }
 
+TEST_CASE("dashboard: a step's row costs a push about a hundred bytes", "[dashboard]") {
+  proto::WorkerRow r = StepRow(1, 123456, 0.4321);
+  r.set_bytes_down(246824);
+  r.set_compute_ms(8.38);
+  r.set_encode_ms(0.33);
+  r.set_network_ms(0.98);
+  r.set_wait_ms(0.59);
+  r.set_decode_ms(0.03);
+  r.set_server_ms(0.71);
+  r.set_exposed_comm_ms(2.9);
+  proto::PushHeader h;
+  *h.add_rows() = r;
+  const size_t with = h.ByteSizeLong();
+  h.clear_rows();
+  const size_t added = with - h.ByteSizeLong();
+  WARN("one step row adds " << added << " bytes to a push's header");
+  CHECK(added < 128);
+}
+
 TEST_CASE("dashboard: with a token, the page and api need it; /metrics and chart.js do not",
           "[dashboard]") {
   server::ParameterStore store(server::StoreOptions{});
