@@ -216,36 +216,21 @@ void CheckServerRestart(const std::string& method) {
   std::vector<std::vector<torch::Tensor>> weights(2);
   std::vector<worker::TrainSummary> summaries(2);
   StepGate gate(kill_at);
-  std::exception_ptr failed;
-  std::thread workers([&] {
-    try {
-      Cluster::Parallel(2, [&](int r) {
-        TrainerOptions o;
-        o.config = c;
-        o.rank = r;
-        o.workers = 2;
-        o.server = address;
-        o.run_dir = faulty.path;
-        o.max_steps = total;
-        o.make_client = [&](const worker::ClientOptions& co) {
-          return std::make_unique<GatedClient>(co, &gate);
-        };
-        Trainer t(o);
-        summaries[r] = t.Run();
-        for (const auto& p : t.Parameters()) weights[r].push_back(p.clone());
-      });
-    } catch (...) {
-      failed = std::current_exception();
-    }
+  GatedWorkers workers(&gate, 2, [&](int r) {
+    TrainerOptions o;
+    o.config = c;
+    o.rank = r;
+    o.workers = 2;
+    o.server = address;
+    o.run_dir = faulty.path;
+    o.max_steps = total;
+    o.make_client = [&](const worker::ClientOptions& co) {
+      return std::make_unique<GatedClient>(co, &gate);
+    };
+    Trainer t(o);
+    summaries[r] = t.Run();
+    for (const auto& p : t.Parameters()) weights[r].push_back(p.clone());
   });
-  struct Finally {  // on every way out: the workers go on, and are joined
-    ~Finally() {
-      gate.Open();
-      if (workers.joinable()) workers.join();
-    }
-    StepGate& gate;
-    std::thread& workers;
-  } finally{gate, workers};
   REQUIRE(gate.WaitArrived(2));  // steps 0-11 done; both hold step 12's push
   const int64_t died_at = runner->store().step();
   runner->Stop(0);  // no final checkpoint
@@ -258,8 +243,7 @@ void CheckServerRestart(const std::string& method) {
   const int64_t restored = ckpt->step;
   restarted->store().RestoreCheckpoint(*ckpt);
   REQUIRE(restarted->Start(address) == port);
-  workers.join();
-  if (failed) std::rethrow_exception(failed);
+  workers.Join();
   const int64_t final_step = restarted->store().step();
   restarted->Stop(1.0);
   const double d0 = MaxDiff(ref[0], weights[0]), d1 = MaxDiff(ref[1], weights[1]);

@@ -67,35 +67,20 @@ JobResult RunJob(const Config& base, const std::string& run_dir, bool kill) {
   }
   JobResult out;
   StepGate gate(kill ? kKillAt : -1);
-  std::exception_ptr failed;
-  std::thread workers([&] {
-    try {
-      Cluster::Parallel(2, [&](int r) {
-        TrainerOptions o;
-        o.config = c;
-        o.rank = r;
-        o.workers = 2;
-        o.run_dir = run_dir;
-        o.max_steps = kTotal;
-        o.make_client = [&](const worker::ClientOptions& co) {
-          return std::make_unique<GatedClient>(co, &gate);
-        };
-        Trainer t(o);
-        out.summaries[r] = t.Run();
-        for (const auto& p : t.Parameters()) out.weights[r].push_back(p.clone());
-      });
-    } catch (...) {
-      failed = std::current_exception();
-    }
+  GatedWorkers workers(&gate, 2, [&](int r) {
+    TrainerOptions o;
+    o.config = c;
+    o.rank = r;
+    o.workers = 2;
+    o.run_dir = run_dir;
+    o.max_steps = kTotal;
+    o.make_client = [&](const worker::ClientOptions& co) {
+      return std::make_unique<GatedClient>(co, &gate);
+    };
+    Trainer t(o);
+    out.summaries[r] = t.Run();
+    for (const auto& p : t.Parameters()) out.weights[r].push_back(p.clone());
   });
-  struct Finally {  // on every way out: the workers go on, and are joined
-    ~Finally() {
-      gate.Open();
-      if (workers.joinable()) workers.join();
-    }
-    StepGate& gate;
-    std::thread& workers;
-  } finally{gate, workers};
   if (kill) {
     REQUIRE(gate.WaitArrived(2 * kShards));  // every client holds step kKillAt's exchange
     out.died_at = shards[1]->store().step();
@@ -111,8 +96,7 @@ JobResult RunJob(const Config& base, const std::string& run_dir, bool kill) {
     shards[1]->store().RestoreCheckpoint(*ckpt);
     REQUIRE(shards[1]->Start(c.cluster.servers[1]) > 0);
   }
-  workers.join();
-  if (failed) std::rethrow_exception(failed);
+  workers.Join();
   for (auto& s : shards) {
     out.final_steps.push_back(s->store().step());
     s->Stop(1.0);

@@ -3,11 +3,15 @@
 // exchange of one step until the test opens it, and GatedClient is the gRPC client that passes
 // the gate first (TrainerOptions.make_client). Thread-safety: StepGate is thread-safe.
 #include <condition_variable>
+#include <exception>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "tests/server/cluster.h"
 #include "tests/wait_for.h"
 #include "worker/ps_client.h"
 
@@ -91,6 +95,35 @@ class GatedClient : public worker::PsClient {
 
  private:
   StepGate* gate_;
+};
+
+// The workers of a restart test: fn(rank) for each of n workers (Cluster::Parallel) on a thread
+// of their own, while the test's main thread stops and starts servers. Leaving the scope any
+// way opens the gate and joins, so a failed REQUIRE never leaves the workers blocked.
+class GatedWorkers {
+ public:
+  GatedWorkers(StepGate* gate, int n, std::function<void(int)> fn)
+      : gate_(gate), thread_([this, n, fn = std::move(fn)] {
+          try {
+            Cluster::Parallel(n, fn);
+          } catch (...) {
+            failed_ = std::current_exception();
+          }
+        }) {}
+  ~GatedWorkers() {
+    gate_->Open();
+    if (thread_.joinable()) thread_.join();
+  }
+  // Waits for every worker; rethrows the first failure.
+  void Join() {
+    thread_.join();
+    if (failed_) std::rethrow_exception(failed_);
+  }
+
+ private:
+  StepGate* gate_;
+  std::exception_ptr failed_;
+  std::thread thread_;
 };
 
 }  // namespace gradpress::testing
