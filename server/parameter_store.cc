@@ -65,7 +65,7 @@ RegisterResult ParameterStore::Register(const WorkerId& w, const std::vector<Ten
                                         const std::string& config_hash,
                                         const std::vector<int>& bucket_keys,
                                         const ShardClaim& shard) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   GP_ENFORCE(!w.name.empty(), "worker_id must not be empty");
   const int shards = shard.shards == 0 ? 1 : shard.shards;
   GP_REFUSE(FailedPrecondition, Reason::kConfigMismatch,
@@ -138,26 +138,47 @@ RegisterResult ParameterStore::Register(const WorkerId& w, const std::vector<Ten
     placement_hash_ = shard.placement_hash;
     placement_set_ = true;
   }
-  if (shard.catch_up_step > step_) CatchUp(w, shard.catch_up_step);
+  if (shard.catch_up_step > 0) CatchUp(&lock, w, shard.catch_up_step);
   const Member& m = members_.Join(w, step_);
   return {m.rank, opt_.workers, step_, model_.initialized};
 }
 
-void ParameterStore::CatchUp(const WorkerId& w, int64_t step) {
-  GP_REFUSE(FailedPrecondition, Reason::kBadRequest,
-            opt_.shards > 1 && step_ == started_at_ && agg_.Idle(), "worker '", w.name,
-            "' asks shard ", opt_.shard, " to catch up to step ", step, " from step ", step_,
-            ": only a shard of several that has not completed a step since it (re)started can (",
-            opt_.shards == 1 ? "this server is not sharded" : "this one has", ")");
+void ParameterStore::CatchUp(std::unique_lock<std::mutex>* lock, const WorkerId& w, int64_t step) {
+  // Only a shard of several that has done nothing since it (re)started, once.
+  if (opt_.shards < 2 || catch_up_done_ || step_ != started_at_ || !agg_.Idle()) return;
+  if (catch_up_asks_.empty()) catch_up_first_ = Clock::now();
+  catch_up_asks_[w.name] = step;
+  step_cv_.notify_all();
+  // Every worker asks, each with the step its call failed at: they may stand a step apart
+  // (the shard died after sending one of them a step's result). The shard goes to the
+  // earliest; a worker a step ahead sends its kept push of that step again.
+  const size_t expected =
+      members_.empty() ? static_cast<size_t>(opt_.workers) : members_.members().size();
+  const auto deadline = catch_up_first_ + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double>(opt_.worker_timeout_s));
+  step_cv_.wait_until(*lock, deadline, [&] {
+    return shutdown_ || catch_up_done_ || catch_up_asks_.size() >= expected;
+  });
+  if (catch_up_done_ || shutdown_) return;
+  catch_up_done_ = true;
+  int64_t target = step;
+  std::string asks;
+  for (const auto& [name, s] : catch_up_asks_) {
+    target = std::min(target, s);
+    asks += (asks.empty() ? "" : ", ") + name + " " + std::to_string(s);
+  }
+  step_cv_.notify_all();
+  if (target == step_) return;
   spdlog::warn(
-      "shard {}: restarted at step {}, behind the job: brought to step {} by worker '{}', whose "
-      "weights it takes; its server momentum and pull-codec state are those of step {}",
-      opt_.shard, step_, step, w.name, step_);
-  step_ = step;
-  started_at_ = step;
-  agg_.SetStep(step);
-  stats_.steps = step;
-  model_.initialized = false;  // the worker's InitWeights seeds the weights
+      "shard {}: restarted at step {}, behind the job (workers at: {}): brought to step {}; "
+      "its weights come from a worker at that step; its server momentum and pull-codec state "
+      "are those of step {}",
+      opt_.shard, step_, asks, target, step_);
+  step_ = target;
+  started_at_ = target;
+  agg_.SetStep(target);
+  stats_.steps = target;
+  model_.initialized = false;  // the first worker's InitWeights seeds the weights
   model_.initialized_by = {};
 }
 

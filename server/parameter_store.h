@@ -32,6 +32,7 @@
 // Thread-safety: every method may be called concurrently (one gRPC thread per RPC).
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -173,9 +174,10 @@ class ParameterStore {
   ModelState::Reject Rejecter() {
     return [this](const char* reason) { Reject(reason); };
   }
-  // Sharded servers: a shard restarted behind the job jumps to the job's open step and waits
-  // for w's weights (ShardClaim.catch_up_step); refused once it has completed a step. mu_ held.
-  void CatchUp(const WorkerId& w, int64_t step);
+  // Sharded servers: a shard restarted behind the job (ShardClaim.catch_up_step) waits until
+  // every worker has asked (or worker_timeout_s), then goes to the earliest step asked and
+  // waits for a worker's weights. Once, and only before it completes a step. Waits on `lock`.
+  void CatchUp(std::unique_lock<std::mutex>* lock, const WorkerId& w, int64_t step);
   // The first Register's model; mu_ held.
   void SetModel(const std::vector<TensorSpec>& model, const std::string& config_hash);
   void MaybeFinalize(Lane& lane);  // mu_ held
@@ -210,6 +212,9 @@ class ParameterStore {
   bool placement_set_ = false;
   int64_t last_checkpoint_step_ = -1;
   int64_t started_at_ = 0;  // the step this process started or was restored at
+  std::map<std::string, int64_t> catch_up_asks_;  // CatchUp: each worker's step
+  Clock::time_point catch_up_first_;
+  bool catch_up_done_ = false;
   StoreStats stats_;
   double total_server_ms_ = 0;
 };

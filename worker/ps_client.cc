@@ -150,10 +150,27 @@ StepStats PsClient::Exchange(int64_t step, int64_t base_step, int bucket,
                              std::vector<torch::Tensor>* out, Uplink* upload) {
   UplinkTurn turn(upload);  // our turn on the uplink, while encoding and writing
   turn.Take();
-  StepStats st;
+  StepStats enc;
   const auto [begin, end] = Keys(bucket);
-  const std::vector<KeyPush> pushes = EncodeAll(*this, step, grads, &st, begin, end);
+  std::vector<KeyPush> pushes = EncodeAll(*this, step, grads, &enc, begin, end);
   CheckTensors(*out, "PushPull output", begin, end);
+  StepStats st = Send(step, base_step, bucket, pushes, out, &turn);
+  st.encode_ms = enc.encode_ms;
+  st.bytes_up = enc.bytes_up;
+  if (opt_.shards > 1 && bucket < 0) {  // kept until the next step completes
+    for (KeyPush& p : pushes)
+      if (p.raw.defined()) p.raw = p.raw.clone();  // raw aliases the gradient
+    impl_->kept = std::move(pushes);
+    impl_->kept_step = step;
+  }
+  return st;
+}
+
+StepStats PsClient::Send(int64_t step, int64_t base_step, int bucket,
+                         const std::vector<KeyPush>& pushes, std::vector<torch::Tensor>* out,
+                         UplinkTurn* turn) {
+  const auto [begin, end] = Keys(bucket);
+  StepStats st;
   const std::vector<proto::WorkerRow> rows = TakeReports();  // sent again with a retry
   Timer rpc;
   std::unique_ptr<ResultReader> got;
@@ -161,11 +178,11 @@ StepStats PsClient::Exchange(int64_t step, int64_t base_step, int bucket,
       *impl_, opt_, "PushPull",
       [&](grpc::ClientContext* ctx) {
         transport::RawCall call(impl_->raw.get(), transport::MethodPath("PushPull"), ctx);
-        turn.Take();
+        turn->Take();
         if (call.Write(HeaderMessage(opt_, step, base_step, server_lr_, bucket, rows)))
           WriteRawPush(&call, pushes);
         call.WritesDone();
-        turn.Give();  // the next bucket's push goes out while this one is completed and pulled
+        turn->Give();  // the next bucket's push goes out while this one is completed and pulled
         got = std::make_unique<ResultReader>(*this, out, begin, end);
         const bool ok = got->Read(&call);
         transport::ThrowIfError(call.Finish(), "PushPull");
@@ -177,6 +194,15 @@ StepStats PsClient::Exchange(int64_t step, int64_t base_step, int bucket,
   st.decode_ms = got->DecodeRest();
   st.bytes_down = got->bytes();
   return st;
+}
+
+bool PsClient::RepushKept(int64_t step) {
+  if (impl_->kept_step != step || impl_->kept.empty()) return false;
+  std::vector<torch::Tensor> scratch;  // the result: this worker applied it already
+  for (const TensorSpec& t : model()) scratch.push_back(torch::zeros(t.shape));
+  UplinkTurn turn(nullptr);
+  Send(step, 0, -1, impl_->kept, &scratch, &turn);
+  return true;
 }
 
 StepStats PsClient::Push(int64_t step, const std::vector<torch::Tensor>& grads, int64_t base_step) {

@@ -34,6 +34,8 @@
 
 namespace gradpress::worker {
 
+struct KeyPush;  // ps_client_wire.h
+
 class PsClient : public ServerClient {
  public:
   explicit PsClient(ClientOptions options);
@@ -54,6 +56,7 @@ class PsClient : public ServerClient {
   void PublishWeights(int64_t round, const std::vector<torch::Tensor>& params) override;
   void PullWeights(std::vector<torch::Tensor>* params, int64_t min_version = 0) override;
   std::string StatsText() override;
+  bool RepushKept(int64_t step) override;
 
   // Since construction: attempts retried (all calls), and faults injected into them.
   uint64_t retries() const;
@@ -62,6 +65,9 @@ class PsClient : public ServerClient {
 
  private:
   bool UploadWeights(bool publish, int64_t round, const std::vector<torch::Tensor>& params);
+  // Pushes `pushes` for `step` and reads the result into (*out)[begin, end) (the bucket's keys).
+  StepStats Send(int64_t step, int64_t base_step, int bucket, const std::vector<KeyPush>& pushes,
+                 std::vector<torch::Tensor>* out, UplinkTurn* turn);
   StepStats Exchange(int64_t step, int64_t base_step, int bucket,
                      const std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>* out,
                      Uplink* upload = nullptr);

@@ -22,6 +22,7 @@
 #include "transport/fault_injection.h"
 #include "transport/security.h"
 #include "worker/ps_client.h"
+#include "worker/ps_client_wire.h"
 
 namespace gradpress::worker {
 
@@ -48,6 +49,10 @@ struct PsClient::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<proto::ParameterServer::Stub> stub;  // the unary methods
   std::unique_ptr<grpc::GenericStub> raw;              // the tensor methods (raw_client.h)
+  // Sharded servers: the last whole-model push that completed, its tensors copied, for a
+  // restarted shard that lost that step (ServerClient::RepushKept).
+  int64_t kept_step = -1;
+  std::vector<KeyPush> kept;
 };
 
 // A fresh context for one attempt: the deadline and the bearer token.

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -158,6 +159,19 @@ class ServerClient {
   // (restarted from older checkpoints) while the others still know it. Empty when none or
   // every shard lost it (then the job rolls back to a checkpoint, as with one server).
   virtual std::vector<int> ShardsBehind() { return {}; }
+  // Sharded servers: where a shard that lost this worker takes its weights from (the model's
+  // parameters, model order), so a call that met the restarted shard can bring it to the
+  // job's step and go on. Unset: such a call fails and the Trainer rejoins.
+  virtual void set_weights_source(std::function<std::vector<torch::Tensor>()> source) {
+    (void)source;
+  }
+  // Pushes again the last whole-model push that completed, if it was for `step` (gRPC, sharded
+  // servers: a restarted shard rebuilding a step this worker completed), ignoring the result.
+  // False if no such push is kept.
+  virtual bool RepushKept(int64_t step) {
+    (void)step;
+    return false;
+  }
   // Registers again with those shards, bringing them to `step` (the step that failed, which
   // the other shards hold): each takes `params` (this worker's weights, nothing of `step`
   // applied) unless another worker's came first.

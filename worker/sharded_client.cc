@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -247,9 +248,70 @@ StepStats ShardedClient::PushPull(int64_t step, const std::vector<torch::Tensor>
   std::vector<StepStats> st(shards_.size());
   ForShards([&](int s) {
     std::vector<torch::Tensor> views = Views(s, *out);
-    st[s] = shards_[s]->PushPull(step, Views(s, grads), &views, base_step);
+    st[s] = WithCatchUp(
+        s, step, [&] { return shards_[s]->PushPull(step, Views(s, grads), &views, base_step); });
   });
   return MergeAll(st);
+}
+
+StepStats ShardedClient::WithCatchUp(int s, int64_t step, const std::function<StepStats()>& fn) {
+  try {
+    return fn();
+  } catch (const Error& e) {
+    if (!weights_ || shards_.size() < 2 || !LostByServer(e)) throw;
+    spdlog::warn("{} step {}: shard {} ({}) lost this worker ({}); catching it up", opt_.worker_id,
+                 step, s, servers_[s], e.message());
+  }
+  CatchUp(s, step);
+  return fn();
+}
+
+void ShardedClient::CatchUp(int s, int64_t step) {
+  ServerClient& c = *shards_.at(s);
+  c.set_catch_up_step(step);
+  RegisterInfo info;
+  try {
+    info = c.Register(specs_[s], split_[s]);  // returns once every worker has asked
+  } catch (...) {
+    c.set_catch_up_step(0);
+    throw;
+  }
+  c.set_catch_up_step(0);
+  torch::NoGradGuard no_grad;
+  if (info.server_step == step) {
+    std::vector<torch::Tensor> weights = weights_();
+    std::vector<torch::Tensor> views = Views(s, weights);
+    const bool seeded = c.InitOrPull(&views);
+    spdlog::warn("{}: shard {} ({}) had lost this worker: registered again at step {}{}",
+                 opt_.worker_id, s, servers_[s], step,
+                 seeded ? "; it took this worker's weights" : "");
+    return;
+  }
+  GP_REFUSE(FailedPrecondition, Reason::kBadRequest, info.server_step == step - 1, "shard ", s,
+            " (", servers_[s], ") restarted at step ", info.server_step,
+            " while this worker is at step ", step,
+            ": more than a step apart; stop the job and start every process with --resume auto");
+  // This worker completed step - 1 and another did not: the shard rebuilds it from both, this
+  // worker's part being its kept push (once a worker at step - 1 has given the weights).
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(opt_.deadline_s);
+  for (;;) {
+    try {
+      GP_REFUSE(FailedPrecondition, Reason::kBadRequest, c.RepushKept(step - 1), "shard ", s, " (",
+                servers_[s], ") lost step ", step - 1,
+                " and this worker keeps no push of it: stop the job and start every process "
+                "with --resume auto");
+      break;
+    } catch (const Error& e) {
+      if (e.reason() != Reason::kNotInitialized || std::chrono::steady_clock::now() > deadline)
+        throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  spdlog::warn(
+      "{}: shard {} ({}) had lost this worker and step {}: registered again and pushed "
+      "its step {} once more",
+      opt_.worker_id, s, servers_[s], step - 1, step - 1);
 }
 
 StepStats ShardedClient::PushPullBucket(int64_t step, int bucket,

@@ -55,6 +55,9 @@ class ShardedClient : public ServerClient {
   std::string StatsText() override;
   void Report(const proto::WorkerRow& row) override { shards_.at(0)->Report(row); }
   std::vector<int> ShardsBehind() override;
+  void set_weights_source(std::function<std::vector<torch::Tensor>()> source) override {
+    weights_ = std::move(source);
+  }
   void RejoinShards(const std::vector<int>& shards, int64_t step,
                     std::vector<torch::Tensor>* params) override;
 
@@ -71,6 +74,13 @@ class ShardedClient : public ServerClient {
   struct Call;  // one fanned-out call: views per shard, stats merged
   // Shard s's views of `ts` (the whole model, model order): a tensor, or a flat slice of it.
   std::vector<torch::Tensor> Views(int s, const std::vector<torch::Tensor>& ts) const;
+  // Shard s's part of a call of `step`: fn(); if shard s lost this worker (it restarted) and
+  // others did not, CatchUp(s, step), then fn() once more.
+  StepStats WithCatchUp(int s, int64_t step, const std::function<StepStats()>& fn);
+  // Registers again with shard s asking for `step`; the shard goes to the earliest step its
+  // workers ask. At `step`: it takes (or gives) the weights; one step behind: this worker
+  // completed that step, so it pushes its kept push of it again. Else throws.
+  void CatchUp(int s, int64_t step);
   // Runs fn(s) for every shard in `which` (all if empty), concurrently when more than one;
   // rethrows the first failure once all have ended.
   void ForShards(const std::function<void(int)>& fn, const std::vector<int>& which = {});
@@ -80,9 +90,10 @@ class ShardedClient : public ServerClient {
   ShardFactory make_shard_;
   transport::Placement placement_;
   std::vector<std::unique_ptr<ServerClient>> shards_;
-  std::vector<std::vector<size_t>> parts_of_;   // per shard: indices into placement_.parts
-  std::vector<std::vector<TensorSpec>> specs_;  // per shard: its parts, as registered
-  std::vector<std::vector<int>> split_;         // per shard: its bucket split, as registered
+  std::vector<std::vector<size_t>> parts_of_;            // per shard: indices into placement_.parts
+  std::function<std::vector<torch::Tensor>()> weights_;  // set_weights_source
+  std::vector<std::vector<TensorSpec>> specs_;           // per shard: its parts, as registered
+  std::vector<std::vector<int>> split_;  // per shard: its bucket split, as registered
   // Per bucket of the caller's split, per shard: the shard's own bucket index, -1 if the
   // bucket has no part there.
   std::vector<std::vector<int>> local_bucket_;

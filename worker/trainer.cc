@@ -119,6 +119,9 @@ Trainer::Trainer(TrainerOptions options)
     client_ = std::make_unique<ShardedClient>(co, servers, c.cluster.partition_mb, make_one);
   else
     client_ = make_one(co);
+  // A restarted shard met inside an exchange takes these weights (nothing of that step is
+  // applied to its part: its call failed).
+  client_->set_weights_source([this] { return params_; });
   exchange_ = MakeExchange({&opt_.config, opt_.rank, client_.get(), &params_, optimizer_.get()});
   if (exchange_->defers())
     model_->set_layer_gate(
