@@ -43,9 +43,19 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-# run MODE ROUND: one job; prints "step_ms requests".
+# CPU ticks (1/CLK_TCK s) used so far by the processes whose command line holds $1.
+ticks() {
+  local p t=0
+  for p in $(pgrep -f -- "$1" || true); do
+    t=$(( t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0) ))
+  done
+  echo "$t"
+}
+
+# run MODE ROUND: one job; prints "step_ms requests viewer_cpu" (the viewer's CPU in % of one
+# core from its 5th second to the job's end; "-" for nobody).
 run() {
-  local mode=$1 round=$2 port out pid requests=0 r
+  local mode=$1 round=$2 port out pid requests=0 r n=0 t0=0 k0=0 cpu=-
   port=$(free_port)
   out=$work/$mode-$round
   scripts/run.sh "$config" --dashboard "$port" --set "train.epochs=$epochs" \
@@ -74,7 +84,13 @@ while True:
 PY
     viewer=$!
   fi
+  local tag="profile-$round"
+  [[ $mode == api ]] && tag="python3 - $port"
   while kill -0 "$pid" 2>/dev/null; do
+    if [[ $mode != off ]] && (( ++n == 5 )); then
+      t0=$(date +%s.%N)
+      k0=$(ticks "$tag")
+    fi
     r=$(curl -sf "http://127.0.0.1:$port/metrics" 2>/dev/null |
       sed -n 's/^gradpress_dashboard_requests_total \([0-9]*\)$/\1/p' || true)
     [[ -z $r ]] || requests=$r
@@ -82,6 +98,10 @@ PY
   done
   wait "$pid" || { echo "dashboard_bench.sh: the $mode job failed; its log:" >&2; tail -20 "$work/$mode-$round.log" >&2; exit 1; }
   if [[ -n $viewer ]]; then
+    if (( n > 5 )); then
+      cpu=$(awk -v k="$(( $(ticks "$tag") - k0 ))" -v hz="$(getconf CLK_TCK)" -v t0="$t0" \
+        -v t1="$(date +%s.%N)" 'BEGIN { printf "%.1f", 100 * k / hz / (t1 - t0) }')
+    fi
     kill "$viewer" 2>/dev/null || true
     wait "$viewer" 2>/dev/null || true
     viewer=""
@@ -95,18 +115,18 @@ for line in sys.stdin:
     if "loss" in r and "step_ms" in r and r["step"] >= skip:
         ms.append(r["step_ms"])
 print(sum(ms) / len(ms) if ms else 0)' "$skip")
-  echo "$ms $requests"
+  echo "$ms $requests $cpu"
 }
 
 echo "dashboard_bench: $config, $epochs epoch(s) a run, $rounds rounds, steps from $skip on"
-printf '%-6s %-8s %10s %10s\n' round viewer step_ms requests
+printf '%-6s %-8s %10s %10s %12s\n' round viewer step_ms requests viewer_cpu%
 declare -A sum
 modes=(off api browser)
 for ((i = 1; i <= rounds; i++)); do
   for ((k = 0; k < 3; k++)); do
     mode=${modes[$(( (k + i - 1) % 3 ))]}  # each round starts with another mode
-    read -r ms req < <(run "$mode" "$i")
-    printf '%-6s %-8s %10.3f %10s\n' "$i" "$mode" "$ms" "$req"
+    read -r ms req cpu < <(run "$mode" "$i")
+    printf '%-6s %-8s %10.3f %10s %12s\n' "$i" "$mode" "$ms" "$req" "$cpu"
     [[ $mode == off ]] || (( req > 10 )) || { echo "dashboard_bench.sh: the $mode viewer made $req requests" >&2; exit 1; }
     sum[$mode]=$(awk -v a="${sum[$mode]:-0}" -v b="$ms" 'BEGIN { print a + b }')
   done
