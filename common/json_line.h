@@ -43,6 +43,12 @@ class JsonLine {
     Quote(v);
     return *this;
   }
+  // A value that is JSON already (an array or object written by the caller).
+  JsonLine& Raw(const std::string& k, const std::string& json) {
+    Key(k);
+    out_ += json;
+    return *this;
+  }
   std::string Done() const { return out_ + "}"; }
 
  private:

@@ -151,17 +151,17 @@ std::string Dashboard::WorkersJson() const {
                                             .Int("rejoins", std::max(0, m.joins - 1))
                                             .Done();
   }
-  std::string head = JsonLine()
-                         .Str("job", opt_.job)
-                         .Int("shard", opt_.shard)
-                         .Int("shards", opt_.shards)
-                         .Int("server_step", s.steps)
-                         .Int("bytes_in", static_cast<int64_t>(s.bytes_in))
-                         .Int("bytes_out", static_cast<int64_t>(s.bytes_out))
-                         .Int("live_workers", s.live_workers)
-                         .Done();
-  head.pop_back();  // the closing brace: the workers array follows
-  return head + ", \"workers\": [" + workers + "]}\n";
+  return JsonLine()
+             .Str("job", opt_.job)
+             .Int("shard", opt_.shard)
+             .Int("shards", opt_.shards)
+             .Int("server_step", s.steps)
+             .Int("bytes_in", static_cast<int64_t>(s.bytes_in))
+             .Int("bytes_out", static_cast<int64_t>(s.bytes_out))
+             .Int("live_workers", s.live_workers)
+             .Raw("workers", "[" + workers + "]")
+             .Done() +
+         "\n";
 }
 
 bool Dashboard::Authorized(const HttpRequest& r) const {

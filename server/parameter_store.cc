@@ -154,12 +154,20 @@ void ParameterStore::CatchUp(std::unique_lock<std::mutex>* lock, const WorkerId&
   // earliest; a worker a step ahead sends its kept push of that step again.
   const size_t expected =
       members_.empty() ? static_cast<size_t>(opt_.workers) : members_.members().size();
-  const auto deadline = catch_up_first_ + std::chrono::duration_cast<Clock::duration>(
-                                              std::chrono::duration<double>(opt_.worker_timeout_s));
-  step_cv_.wait_until(*lock, deadline, [&] {
+  const auto timeout = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(opt_.worker_timeout_s));
+  step_cv_.wait_until(*lock, catch_up_first_ + timeout, [&] {
     return shutdown_ || catch_up_done_ || catch_up_asks_.size() >= expected;
   });
-  if (catch_up_done_ || shutdown_) return;
+  // A worker a step ahead sends its kept push of the step once the shard has the weights of
+  // a worker at that step (InitWeights): it is answered after that.
+  auto await_weights = [&] {
+    if (step > step_)
+      step_cv_.wait_until(*lock, Clock::now() + timeout,
+                          [&] { return shutdown_ || model_.initialized; });
+  };
+  if (shutdown_) return;
+  if (catch_up_done_) return await_weights();
   catch_up_done_ = true;
   int64_t target = step;
   std::string asks;
@@ -180,6 +188,7 @@ void ParameterStore::CatchUp(std::unique_lock<std::mutex>* lock, const WorkerId&
   stats_.steps = target;
   model_.initialized = false;  // the first worker's InitWeights seeds the weights
   model_.initialized_by = {};
+  await_weights();
 }
 
 Member& ParameterStore::CheckWorker(const WorkerId& w) { return members_.Check(w, step_); }
@@ -206,6 +215,7 @@ bool ParameterStore::InitWeights(const WorkerId& w, const std::vector<KeyPayload
   model_.initialized = true;
   model_.initialized_by = w;
   spdlog::info("initial weights from worker '{}' ({} keys)", w.name, model_.size());
+  step_cv_.notify_all();  // a catching-up shard's workers ahead wait for them (CatchUp)
   return true;
 }
 

@@ -176,7 +176,8 @@ class ParameterStore {
   }
   // Sharded servers: a shard restarted behind the job (ShardClaim.catch_up_step) waits until
   // every worker has asked (or worker_timeout_s), then goes to the earliest step asked and
-  // waits for a worker's weights. Once, and only before it completes a step. Waits on `lock`.
+  // waits for a worker's weights; a worker asking a later step returns once they are in.
+  // Once, and only before it completes a step. Waits on `lock`.
   void CatchUp(std::unique_lock<std::mutex>* lock, const WorkerId& w, int64_t step);
   // The first Register's model; mu_ held.
   void SetModel(const std::vector<TensorSpec>& model, const std::string& config_hash);

@@ -4,7 +4,6 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <chrono>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -214,23 +213,7 @@ std::vector<int> ShardedClient::ShardsBehind() {
 
 void ShardedClient::RejoinShards(const std::vector<int>& shards, int64_t step,
                                  std::vector<torch::Tensor>* params) {
-  torch::NoGradGuard no_grad;
-  ForShards(
-      [&](int s) {
-        ServerClient& c = *shards_.at(s);
-        c.set_catch_up_step(step);
-        const RegisterInfo info = c.Register(specs_[s], split_[s]);
-        c.set_catch_up_step(0);
-        GP_ENFORCE(info.server_step == step, "shard ", s, " (", servers_[s],
-                   ") registered this worker again at step ", info.server_step,
-                   ", not at the job's step ", step);
-        std::vector<torch::Tensor> views = Views(s, *params);
-        const bool seeded = c.InitOrPull(&views);
-        spdlog::warn("{}: shard {} ({}) had lost this worker: registered again at step {}{}",
-                     opt_.worker_id, s, servers_[s], step,
-                     seeded ? "; it took this worker's weights" : "");
-      },
-      shards);
+  ForShards([&](int s) { CatchUp(s, step, *params); }, shards);
 }
 
 bool ShardedClient::InitOrPull(std::vector<torch::Tensor>* params) {
@@ -262,11 +245,11 @@ StepStats ShardedClient::WithCatchUp(int s, int64_t step, const std::function<St
     spdlog::warn("{} step {}: shard {} ({}) lost this worker ({}); catching it up", opt_.worker_id,
                  step, s, servers_[s], e.message());
   }
-  CatchUp(s, step);
+  CatchUp(s, step, weights_());
   return fn();
 }
 
-void ShardedClient::CatchUp(int s, int64_t step) {
+void ShardedClient::CatchUp(int s, int64_t step, const std::vector<torch::Tensor>& weights) {
   ServerClient& c = *shards_.at(s);
   c.set_catch_up_step(step);
   RegisterInfo info;
@@ -279,7 +262,6 @@ void ShardedClient::CatchUp(int s, int64_t step) {
   c.set_catch_up_step(0);
   torch::NoGradGuard no_grad;
   if (info.server_step == step) {
-    std::vector<torch::Tensor> weights = weights_();
     std::vector<torch::Tensor> views = Views(s, weights);
     const bool seeded = c.InitOrPull(&views);
     spdlog::warn("{}: shard {} ({}) had lost this worker: registered again at step {}{}",
@@ -292,22 +274,12 @@ void ShardedClient::CatchUp(int s, int64_t step) {
             " while this worker is at step ", step,
             ": more than a step apart; stop the job and start every process with --resume auto");
   // This worker completed step - 1 and another did not: the shard rebuilds it from both, this
-  // worker's part being its kept push (once a worker at step - 1 has given the weights).
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(opt_.deadline_s);
-  for (;;) {
-    try {
-      GP_REFUSE(FailedPrecondition, Reason::kBadRequest, c.RepushKept(step - 1), "shard ", s, " (",
-                servers_[s], ") lost step ", step - 1,
-                " and this worker keeps no push of it: stop the job and start every process "
-                "with --resume auto");
-      break;
-    } catch (const Error& e) {
-      if (e.reason() != Reason::kNotInitialized || std::chrono::steady_clock::now() > deadline)
-        throw;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
+  // worker's part being its kept push (the shard answered Register once a worker at step - 1
+  // had given it the weights).
+  GP_REFUSE(FailedPrecondition, Reason::kBadRequest, c.RepushKept(step - 1), "shard ", s, " (",
+            servers_[s], ") lost step ", step - 1,
+            " and this worker keeps no push of it: stop the job and start every process with "
+            "--resume auto");
   spdlog::warn(
       "{}: shard {} ({}) had lost this worker and step {}: registered again and pushed "
       "its step {} once more",

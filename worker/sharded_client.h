@@ -75,12 +75,12 @@ class ShardedClient : public ServerClient {
   // Shard s's views of `ts` (the whole model, model order): a tensor, or a flat slice of it.
   std::vector<torch::Tensor> Views(int s, const std::vector<torch::Tensor>& ts) const;
   // Shard s's part of a call of `step`: fn(); if shard s lost this worker (it restarted) and
-  // others did not, CatchUp(s, step), then fn() once more.
+  // others did not, CatchUp(s, step, the weights source's), then fn() once more.
   StepStats WithCatchUp(int s, int64_t step, const std::function<StepStats()>& fn);
   // Registers again with shard s asking for `step`; the shard goes to the earliest step its
   // workers ask. At `step`: it takes (or gives) the weights; one step behind: this worker
   // completed that step, so it pushes its kept push of it again. Else throws.
-  void CatchUp(int s, int64_t step);
+  void CatchUp(int s, int64_t step, const std::vector<torch::Tensor>& weights);
   // Runs fn(s) for every shard in `which` (all if empty), concurrently when more than one;
   // rethrows the first failure once all have ended.
   void ForShards(const std::function<void(int)>& fn, const std::vector<int>& which = {});
