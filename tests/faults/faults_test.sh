@@ -397,18 +397,26 @@ shard_kill() {
 }
 
 # Two shards: a worker SIGKILLed and never restarted is dropped by both shards after
-# worker_timeout_s, and worker-0 completes the job alone.
+# worker_timeout_s, and worker-0 completes the job alone. Each shard serves its own counters
+# (server.metrics_port + shard): both count steps while the two workers train.
 shard_lost() {
-  local d=$out/shard_lost a i
+  local d=$out/shard_lost a i m steps=()
+  m=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  (( m < 65535 )) || m=$(( m - 1 ))
   shard_port=()
-  start_shard "$d" 0 --set server.worker_timeout_s=3
-  start_shard "$d" 1 --set server.worker_timeout_s=3
+  start_shard "$d" 0 --set server.worker_timeout_s=3 --set "server.metrics_port=$m"
+  start_shard "$d" 1 --set server.worker_timeout_s=3 --set "server.metrics_port=$m"
   port=${shard_port[0]}
   scenario_sets=(--set "cluster.servers=127.0.0.1:${shard_port[0]},127.0.0.1:${shard_port[1]}"
                  --set server.worker_timeout_s=3)
   start_worker "$d" 0
   start_worker "$d" 1
   wait_step "$d" 1 "$kill_at"
+  for i in 0 1; do
+    steps+=("$(curl -sf "http://127.0.0.1:$(( m + i ))/metrics" |
+      sed -n 's/^gradpress_steps_total \([0-9]*\)$/\1/p')")
+    (( ${steps[$i]:-0} > 0 )) || fail "shard_lost: shard $i's /metrics on port $(( m + i )) counted no step"
+  done
   kill -9 "${wpid[1]}"
   wait "${wpid[1]}" 2>/dev/null || true
   wait_rc "${wpid[0]}"
@@ -423,7 +431,7 @@ shard_lost() {
       grep -q "dropped\|silent" "$d/server-$i.out" || fail "shard_lost: shard $i never dropped worker-1"
     done
     row "two shards; worker SIGKILLed at step $kill_at, never restarted (worker_timeout_s 3)" \
-      "both shards dropped it; completed by worker-0 alone" "0" \
+      "both shards dropped it; completed by worker-0 alone (each shard's /metrics counted its steps: ${steps[0]} / ${steps[1]} at the kill)" "0" \
       "$(points "$a" "$base_acc") pts (test acc $a)" "bash tests/faults/faults_test.sh build shard_lost"
   else
     fail "shard_lost: worker-0 exited $rc0"
