@@ -53,7 +53,11 @@ WORKERS = {"job": "live-job", "shard": 0, "shards": 1, "server_step": 123, "byte
                                               (2, "dropped", 1, 60.0))]}
 
 
-def make_handler(page, chartjs, state):
+def make_handler(page, chartjs, state, rows=None, page_rows=PAGE, dropped=DROPPED, token=TOKEN):
+    """The fake server's handler; rows (default: the fixture) are served page_rows at a time, the
+    first `dropped` as no longer held; token None: no Authorization needed."""
+    rows = ROWS if rows is None else rows
+
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, *args):
             pass
@@ -72,13 +76,13 @@ def make_handler(page, chartjs, state):
                 return self.send(200, page, "text/html; charset=utf-8")
             if url.path == "/chart.js":
                 return self.send(200, chartjs, "text/javascript")
-            if self.headers.get("Authorization") != "Bearer " + TOKEN:
+            if token is not None and self.headers.get("Authorization") != "Bearer " + token:
                 return self.send(401, "missing or wrong bearer token", "text/plain")
             if url.path == "/api/rows":
                 state["polls"] += 1
-                since = max(int(urllib.parse.parse_qs(url.query).get("since", ["0"])[0]), DROPPED)
-                part = ROWS[since:since + PAGE]
-                answer = {"next": since + len(part), "rows": part, "dropped": DROPPED}
+                since = max(int(urllib.parse.parse_qs(url.query).get("since", ["0"])[0]), dropped)
+                part = rows[since:since + page_rows]
+                answer = {"next": since + len(part), "rows": part, "dropped": dropped}
                 return self.send(200, json.dumps(answer))
             if url.path == "/api/workers":
                 if state["workers_fail"]:
@@ -93,16 +97,36 @@ def fail(msg):
     sys.exit(1)
 
 
-def main():
-    if len(sys.argv) < 2:
-        fail("usage: dashboard_live_fake.py SOURCE_DIR [--serve PORT]")
-    template = open(os.path.join(sys.argv[1], "server/dashboard/index.html")).read()
+def served_page(source_dir):
+    """index.html as the server serves it, and Chart.js's bytes."""
+    template = open(os.path.join(source_dir, "server/dashboard/index.html")).read()
     page = template.replace("<!-- GP:CHARTJS -->\n", '<script src="chart.js"></script>\n', 1)
     page = page.replace("<!-- GP:DATA -->\n", "", 1)
     if not os.path.isfile(CHARTJS):
         fail(f"Chart.js not found at {CHARTJS} (apt-get install libjs-chart.js)")
+    return page, open(CHARTJS, "rb").read()
+
+
+def chromium_dom(url, budget_ms=5000):
+    """The DOM of url in headless Chromium after budget_ms of virtual time."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        fail("chromium not found (apt-get install chromium)")
+    with tempfile.TemporaryDirectory() as profile:
+        out = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                              "--user-data-dir=" + profile, f"--virtual-time-budget={budget_ms}",
+                              "--dump-dom", url], capture_output=True, text=True, timeout=90)
+    if out.returncode != 0 or not out.stdout:
+        fail(f"chromium failed ({out.returncode}): {out.stderr[-2000:]}")
+    return out.stdout
+
+
+def main():
+    if len(sys.argv) < 2:
+        fail("usage: dashboard_live_fake.py SOURCE_DIR [--serve PORT]")
+    page, chartjs = served_page(sys.argv[1])
     state = {"polls": 0, "workers_fail": False}
-    handler = make_handler(page, open(CHARTJS, "rb").read(), state)
+    handler = make_handler(page, chartjs, state)
     serve = "--serve" in sys.argv
     port = int(sys.argv[sys.argv.index("--serve") + 1]) if serve else 0
     server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
@@ -110,19 +134,9 @@ def main():
         print(f"http://127.0.0.1:{server.server_port}/?token={TOKEN}&refresh=1")
         server.serve_forever()
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not chromium:
-        fail("chromium not found (apt-get install chromium)")
 
     def load(query):
-        with tempfile.TemporaryDirectory() as profile:
-            out = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
-                                  "--user-data-dir=" + profile, "--virtual-time-budget=5000",
-                                  "--dump-dom", f"http://127.0.0.1:{server.server_port}/{query}"],
-                                 capture_output=True, text=True, timeout=90)
-        if out.returncode != 0 or not out.stdout:
-            fail(f"chromium failed ({out.returncode}): {out.stderr[-2000:]}")
-        return out.stdout
+        return chromium_dom(f"http://127.0.0.1:{server.server_port}/{query}")
 
     def attr(dom, elem, name):
         tag = re.search(r'<[a-z0-9]+ id="%s"[^>]*>' % elem, dom)
