@@ -13,6 +13,7 @@ set -euo pipefail
 run=$1
 out=${2:-$run/dashboard.html}
 template=$(cd "$(dirname "$0")/.." && pwd)/server/dashboard/index.html
+appendjs=$(dirname "$template")/append.js
 chartjs=${GP_CHARTJS:-/usr/share/javascript/chart.js/chart.min.js}
 
 [[ -d "$run" ]] || { echo "dashboard.sh: run directory $run not found" >&2; exit 1; }
@@ -21,7 +22,8 @@ chartjs=${GP_CHARTJS:-/usr/share/javascript/chart.js/chart.min.js}
 [[ -f "$chartjs" ]] || {
   echo "dashboard.sh: Chart.js not found at $chartjs (apt-get install libjs-chart.js)" >&2; exit 1; }
 [[ -f "$template" ]] || { echo "dashboard.sh: template $template not found" >&2; exit 1; }
-for m in '<!-- GP:CHARTJS -->' '<!-- GP:DATA -->'; do
+[[ -f "$appendjs" ]] || { echo "dashboard.sh: $appendjs not found" >&2; exit 1; }
+for m in '<!-- GP:CHARTJS -->' '<!-- GP:APPENDJS -->' '<!-- GP:DATA -->'; do
   [[ $(grep -cxF -- "$m" "$template") == 1 ]] || {
     echo "dashboard.sh: $template must hold the line '$m' exactly once" >&2; exit 1; }
 done
@@ -38,7 +40,7 @@ trap 'rm -f "$tmp"' EXIT
 # and '&' pass through verbatim. In the rows every '<' becomes \u003c: a '<' can only stand
 # inside a JSON string, where \u003c means the same, and no '</script' or '<!--' survives to
 # end the script element early. The job name is HTML-escaped for the meta attribute.
-GP_JOB=$job GP_CHART=$chartjs GP_ROWS=$run/metrics.jsonl awk '
+GP_JOB=$job GP_CHART=$chartjs GP_APPEND=$appendjs GP_ROWS=$run/metrics.jsonl awk '
   function replace_all(s, from, to,   out, i) {
     out = ""
     while ((i = index(s, from)) > 0) { out = out substr(s, 1, i - 1) to; s = substr(s, i + length(from)) }
@@ -48,14 +50,15 @@ GP_JOB=$job GP_CHART=$chartjs GP_ROWS=$run/metrics.jsonl awk '
     s = replace_all(s, "&", "&amp;"); s = replace_all(s, "\"", "&quot;")
     return replace_all(replace_all(s, "<", "&lt;"), ">", "&gt;")
   }
-  BEGIN { chartjs = ENVIRON["GP_CHART"]; rows = ENVIRON["GP_ROWS"] }
-  $0 == "<!-- GP:CHARTJS -->" {
+  function inline(file,   line) {
     print "<script>"
-    while ((getline line < chartjs) > 0) print line
-    close(chartjs)
+    while ((getline line < file) > 0) print line
+    close(file)
     print "</script>"
-    next
   }
+  BEGIN { rows = ENVIRON["GP_ROWS"] }
+  $0 == "<!-- GP:CHARTJS -->" { inline(ENVIRON["GP_CHART"]); next }
+  $0 == "<!-- GP:APPENDJS -->" { inline(ENVIRON["GP_APPEND"]); next }
   $0 == "<!-- GP:DATA -->" {
     print "<meta name=\"gp-job\" content=\"" html_attr(ENVIRON["GP_JOB"]) "\">"
     print "<script id=\"gp-rows\" type=\"application/x-ndjson\">"

@@ -62,6 +62,9 @@ Dashboard::Dashboard(DashboardOptions options, const ParameterStore* store)
     : opt_(std::move(options)), store_(store) {
   page_ = Replace(std::string(assets::kPage, assets::kPageSize), "<!-- GP:CHARTJS -->",
                   "<script src=\"chart.js\"></script>");
+  page_ =
+      Replace(page_, "<!-- GP:APPENDJS -->",
+              "<script>\n" + std::string(assets::kAppendJs, assets::kAppendJsSize) + "</script>");
   page_ = Replace(page_, "<!-- GP:DATA -->", "");
 }
 

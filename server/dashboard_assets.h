@@ -1,5 +1,6 @@
 #pragma once
-// The dashboard's page (server/dashboard/index.html) and Chart.js (Debian's libjs-chart.js),
+// The dashboard's page (server/dashboard/index.html), its incremental drawing
+// (server/dashboard/append.js, inlined into the page) and Chart.js (Debian's libjs-chart.js),
 // embedded at build time by server/dashboard/embed.cmake. Each array ends with a 0 byte not
 // counted in its size.
 #include <cstddef>
@@ -8,6 +9,8 @@ namespace gradpress::server::assets {
 
 extern const char kPage[];
 extern const size_t kPageSize;
+extern const char kAppendJs[];
+extern const size_t kAppendJsSize;
 extern const char kChartJs[];
 extern const size_t kChartJsSize;
 

@@ -100,7 +100,9 @@ def fail(msg):
 def served_page(source_dir):
     """index.html as the server serves it, and Chart.js's bytes."""
     template = open(os.path.join(source_dir, "server/dashboard/index.html")).read()
+    append_js = open(os.path.join(source_dir, "server/dashboard/append.js")).read()
     page = template.replace("<!-- GP:CHARTJS -->\n", '<script src="chart.js"></script>\n', 1)
+    page = page.replace("<!-- GP:APPENDJS -->\n", f"<script>\n{append_js}</script>\n", 1)
     page = page.replace("<!-- GP:DATA -->\n", "", 1)
     if not os.path.isfile(CHARTJS):
         fail(f"Chart.js not found at {CHARTJS} (apt-get install libjs-chart.js)")

@@ -1,0 +1,124 @@
+// gradpress live dashboard: drawing only what a refresh added. Inlined into
+// server/dashboard/index.html at its <!-- GP:APPENDJS --> line (by the server, scripts/dashboard.sh
+// and the tests), before the page's own script, which calls:
+//   drawIncrementally(chart)     once, on a Chart.js 3 line chart;
+//   refreshLines(chart, markers) when its datasets' data changed (markers: how many the page draws);
+//   grow(scaleOptions, dataMax, live) before that, for an axis that grows with the run.
+// The page sets chart.gpLabels (rectangles it draws over the plot, which new segments must not
+// cross). Test hooks: chart.gpAppends, chart.gpWholes (draws of each kind), chart.gpStale.
+'use strict';
+
+// A refresh mostly appends a second's steps to lines whose axes stay put. Then the chart keeps
+// its pixels and only the new segments are stroked, placed by the chart's own scales: laying
+// out and redrawing every chart every second (all points, grid, ticks, the browser compositing
+// each canvas again) is what an open page costs the machine it runs on. Anything else (an
+// axis that must change, a point outside the axes, a dataset, a marker, a rewritten or thinned
+// point, an active tooltip) updates the chart as Chart.js always would; so does anything that
+// makes Chart.js draw by itself (hover, resize, a legend click), after laying out the points
+// it has not seen (chart.gpStale).
+function drawnState(chart) {
+  return {markers: chart.gpMarkers, points: chart.options.elements.point.radius,
+          sets: chart.data.datasets.map((d, i) => ({label: d.label, data: d.data, shown: chart.isDatasetVisible(i)}))};
+}
+
+function samePrefix(old, now) {
+  if (now.length < old.length) return false;
+  for (let i = 0; i < old.length; i++) if (old[i].x !== now[i].x || old[i].y !== now[i].y) return false;
+  return true;
+}
+
+// Strokes what the datasets gained since the chart was last drawn; false (nothing drawn) when
+// that is not all that changed.
+function drawAppended(chart) {
+  const last = chart.gpLast, now = drawnState(chart);
+  if (!last || now.markers !== last.markers || now.points > 0 || now.sets.length !== last.sets.length) return false;
+  if (chart.tooltip && chart.tooltip.getActiveElements().length) return false;
+  const {ctx, chartArea: a, scales: {x}} = chart, work = [];
+  const at = (p, y) => ({x: x.getPixelForValue(p.x), y: y.getPixelForValue(p.y)});
+  for (let i = 0; i < now.sets.length; i++) {
+    const was = last.sets[i], is = now.sets[i], d = chart.data.datasets[i], y = chart.scales[d.yAxisID || 'y'];
+    if (was.label !== is.label || was.shown !== is.shown || !samePrefix(was.data, is.data)) return false;
+    if (!is.shown || is.data.length === was.data.length) continue;
+    const fresh = is.data.slice(was.data.length);
+    if (!fresh.every((p) => p.x >= x.min && p.x <= x.max && p.y >= y.min && p.y <= y.max)) return false;
+    if ((d.borderDash || []).length) return false;   // the dash pattern runs from the first point
+    // From the point before the pixel column the last drawn point fell in: Chart.js draws a
+    // column's points as one vertical stroke, which the new points may lengthen.
+    let from = Math.max(0, was.data.length - 1);
+    const col = (i) => at(is.data[i], y).x | 0, lastCol = col(from);
+    while (from > 0 && col(from - 1) === lastCol) from--;
+    work.push({d, pts: is.data.slice(Math.max(0, from - 1)).map((p) => at(p, y))});
+  }
+  // A new segment under a marker's label would paint over the label.
+  const under = (p) => (chart.gpLabels || []).some((r) => p.x >= r.x0 && p.x <= r.x1 && p.y >= r.y0 && p.y <= r.y1);
+  if (work.some(({pts}) => pts.some(under))) return false;
+  const line = chart.options.elements.line;
+  ctx.save();
+  ctx.beginPath(); ctx.rect(a.left, a.top, a.right - a.left, a.bottom - a.top); ctx.clip();
+  for (const {d, pts} of work.reverse()) {   // Chart.js draws the first dataset last, on top
+    ctx.strokeStyle = d.borderColor; ctx.lineWidth = d.borderWidth || line.borderWidth;
+    ctx.setLineDash(d.borderDash || []); ctx.lineCap = 'butt'; ctx.lineJoin = 'miter';
+    ctx.beginPath(); ctx.moveTo(pts[0].x, pts[0].y);
+    columnPath(ctx, pts.slice(1));
+    ctx.stroke();
+  }
+  ctx.restore();
+  chart.gpLast = now;
+  chart.gpStale = true;
+  chart.gpAppends = (chart.gpAppends || 0) + 1;
+  return true;
+}
+
+// The path Chart.js 3 draws for a straight line (its fastPathSegment): points sharing a pixel
+// column become one vertical stroke, min to max, ending at the column's last point.
+function columnPath(ctx, pts) {
+  let col, minY, maxY, lastY, avgX = 0, n = 0;
+  const flush = () => {
+    if (minY !== maxY) { ctx.lineTo(avgX, maxY); ctx.lineTo(avgX, minY); ctx.lineTo(avgX, lastY); }
+  };
+  for (const {x, y} of pts) {
+    if ((x | 0) === col) {
+      if (y < minY) minY = y; else if (y > maxY) maxY = y;   // as Chart.js does
+      avgX = (n * avgX + x) / ++n;
+    } else {
+      flush();
+      ctx.lineTo(x, y);
+      col = x | 0; n = 0; minY = maxY = y;
+    }
+    lastY = y;
+  }
+  flush();
+}
+
+// Refreshes a line chart whose data changed: appended when drawAppended can, else laid out and
+// drawn whole. markers: how many markers the page draws over the charts (a new one: drawn whole).
+function refreshLines(chart, markers) {
+  chart.gpMarkers = markers;
+  if (!drawAppended(chart)) { chart.gpStale = false; chart.update('none'); }
+}
+
+// Wraps chart.draw: a draw Chart.js starts by itself while appended points are not laid out
+// yet (chart.gpStale) lays them out first, which draws the chart whole.
+function drawIncrementally(chart) {
+  const whole = chart.draw.bind(chart);
+  chart.draw = function () {
+    if (chart.gpStale) { chart.gpStale = false; chart.update('none'); return; }
+    whole();
+    chart.gpLast = drawnState(chart);
+    chart.gpWholes = (chart.gpWholes || 0) + 1;
+  };
+}
+
+// Axes that grow with the run (step, bytes, running total) get headroom while live, so that a
+// refresh usually leaves them as they were; offline the data is complete and fits exactly.
+// True when the axis changed.
+function niceCeil(v) {
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  return [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10].find((m) => m * p >= v) * p;
+}
+function grow(scale, dataMax, live) {
+  const was = scale.max;
+  if (!live || !(dataMax > 0)) delete scale.max;
+  else if (!(scale.max >= dataMax)) scale.max = niceCeil(dataMax * 1.5);
+  return scale.max !== was;
+}
