@@ -119,6 +119,6 @@ function niceCeil(v) {
 function grow(scale, dataMax, live) {
   const was = scale.max;
   if (!live || !(dataMax > 0)) delete scale.max;
-  else if (!(scale.max >= dataMax)) scale.max = niceCeil(dataMax * 1.5);
+  else if (!(scale.max >= dataMax)) scale.max = niceCeil(dataMax * 1.2);
   return scale.max !== was;
 }
