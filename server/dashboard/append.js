@@ -5,7 +5,7 @@
 //   refreshLines(chart, markers) when its datasets' data changed (markers: how many the page draws);
 //   grow(scaleOptions, dataMax, live) before that, for an axis that grows with the run.
 // The page sets chart.gpLabels (rectangles it draws over the plot, which new segments must not
-// cross). Test hooks: chart.gpAppends, chart.gpWholes (draws of each kind), chart.gpStale.
+// cross). Test hooks: chart.gpAppends (refreshes appended), chart.gpStale.
 'use strict';
 
 // A refresh mostly appends a second's steps to lines whose axes stay put. Then the chart keeps
@@ -105,7 +105,6 @@ function drawIncrementally(chart) {
     if (chart.gpStale) { chart.gpStale = false; chart.update('none'); return; }
     whole();
     chart.gpLast = drawnState(chart);
-    chart.gpWholes = (chart.gpWholes || 0) + 1;
   };
 }
 

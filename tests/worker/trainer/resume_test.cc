@@ -217,13 +217,7 @@ void CheckServerRestart(const std::string& method) {
   std::vector<worker::TrainSummary> summaries(2);
   StepGate gate(kill_at);
   GatedWorkers workers(&gate, 2, [&](int r) {
-    TrainerOptions o;
-    o.config = c;
-    o.rank = r;
-    o.workers = 2;
-    o.server = address;
-    o.run_dir = faulty.path;
-    o.max_steps = total;
+    TrainerOptions o = TrainerOptionsFor(c, r, address, faulty.path, total);
     o.make_client = [&](const worker::ClientOptions& co) {
       return std::make_unique<GatedClient>(co, &gate);
     };

@@ -4,9 +4,7 @@
 // the earliest step asked), give it their weights, and go on: nothing rolls back. When it died
 // after answering one worker but not the other, the worker a step ahead sends its kept push of
 // that step again. The events are ordered by what the test observes, never by sleeps.
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -65,25 +63,14 @@ struct JobResult {
 class ResultHold {
  public:
   void Hold() {
-    std::unique_lock<std::mutex> lock(mu_);
-    held_ = true;
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return released_; });
+    held_.Set();
+    released_.Wait();
   }
-  bool WaitHeld() {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, kWaitTimeout, [&] { return held_; });
-  }
-  void Release() {
-    std::lock_guard<std::mutex> lock(mu_);
-    released_ = true;
-    cv_.notify_all();
-  }
+  bool WaitHeld() { return held_.Wait(); }
+  void Release() { released_.Set(); }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool held_ = false, released_ = false;
+  Event held_, released_;
 };
 
 class LossyClient : public GatedClient {
@@ -126,12 +113,7 @@ JobResult RunJob(const Config& base, const std::string& run_dir, Fault fault) {
   StepGate gate(fault == Fault::kNone ? -1 : fault == Fault::kBetweenSteps ? kKillAt : kKillAt + 1);
   ResultHold hold;
   GatedWorkers workers(&gate, 2, [&](int r) {
-    TrainerOptions o;
-    o.config = c;
-    o.rank = r;
-    o.workers = 2;
-    o.run_dir = run_dir;
-    o.max_steps = kTotal;
+    TrainerOptions o = TrainerOptionsFor(c, r, "", run_dir, kTotal);
     o.make_client = [&](const worker::ClientOptions& co) {
       return std::make_unique<LossyClient>(co, &gate,
                                            fault == Fault::kMidDelivery ? &hold : nullptr);

@@ -11,19 +11,28 @@
 
 namespace gradpress::testing {
 
-// Rank `rank` of c.cluster.workers, talking to `cluster`; run_dir "" writes no files;
-// max_steps 0 trains all epochs.
-inline worker::TrainerOptions TrainerOptionsFor(const Config& c, int rank, const Cluster& cluster,
+// Rank `rank` of c.cluster.workers, talking to `server` ("" : c.cluster.servers, the shards);
+// run_dir "" writes no files; max_steps 0 trains all epochs.
+inline worker::TrainerOptions TrainerOptionsFor(const Config& c, int rank,
+                                                const std::string& server,
                                                 const std::string& run_dir = "",
                                                 int64_t max_steps = 0) {
   worker::TrainerOptions o;
   o.config = c;
   o.rank = rank;
   o.workers = c.cluster.workers;
-  o.server = "127.0.0.1:" + std::to_string(cluster.port);
+  o.server = server;
   o.run_dir = run_dir;
   o.max_steps = max_steps;
   return o;
+}
+
+// The same, talking to an in-process `cluster`.
+inline worker::TrainerOptions TrainerOptionsFor(const Config& c, int rank, const Cluster& cluster,
+                                                const std::string& run_dir = "",
+                                                int64_t max_steps = 0) {
+  return TrainerOptionsFor(c, rank, "127.0.0.1:" + std::to_string(cluster.port), run_dir,
+                           max_steps);
 }
 
 // Largest |a[i] - b[i]| over two models' tensors (same count, same shapes).
