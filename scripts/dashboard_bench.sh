@@ -2,7 +2,7 @@
 # What the live dashboard costs the training job (issue 16): the main job (LeNet on
 # Fashion-MNIST, method 5, one server and two workers, scripts/run.sh --dashboard) run in
 # alternated rounds of three: nobody watching; "api": a client polling what the page polls
-# (api/rows?since=N and api/workers, every second), as a browser on another machine costs the
+# (api/rows?since=N&workers=1, every second), as a browser on another machine costs the
 # job; "browser": the page open in headless Chromium on this machine, refreshing every second,
 # whose own rendering then shares the job's two cores. All three serve the page; only the
 # viewer differs. Prints each run's mean step time in steady state (metrics.jsonl step_ms of
@@ -86,8 +86,8 @@ import json, sys, time, urllib.request
 base, since = f"http://127.0.0.1:{sys.argv[1]}/api/", 0
 while True:
     try:
-        since = json.load(urllib.request.urlopen(f"{base}rows?since={since}", timeout=5))["next"]
-        urllib.request.urlopen(f"{base}workers", timeout=5).read()
+        since = json.load(urllib.request.urlopen(f"{base}rows?since={since}&workers=1",
+                                                 timeout=5))["next"]
     except Exception:
         pass
     time.sleep(1)

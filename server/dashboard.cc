@@ -123,7 +123,8 @@ void Dashboard::Add(const google::protobuf::RepeatedPtrField<proto::WorkerRow>& 
   }
 }
 
-std::string Dashboard::RowsJson(int64_t since, int64_t limit) const {
+std::string Dashboard::RowsJson(int64_t since, int64_t limit, bool with_workers) const {
+  const std::string workers = with_workers ? ", \"workers\": " + WorkersObject() : "";
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t end = first_ + static_cast<int64_t>(rows_.size());
   const int64_t from = std::clamp(since, first_, end), to = std::min(end, from + limit);
@@ -134,10 +135,12 @@ std::string Dashboard::RowsJson(int64_t since, int64_t limit) const {
     if (i > from) out += ",\n";
     out += rows_[static_cast<size_t>(i - first_)];
   }
-  return out + "]}\n";
+  return out + "]" + workers + "}\n";
 }
 
-std::string Dashboard::WorkersJson() const {
+std::string Dashboard::WorkersJson() const { return WorkersObject() + "\n"; }
+
+std::string Dashboard::WorkersObject() const {
   const StoreStats s = store_->Stats();
   const auto now = Clock::now();
   std::string workers;
@@ -155,16 +158,15 @@ std::string Dashboard::WorkersJson() const {
                                             .Done();
   }
   return JsonLine()
-             .Str("job", opt_.job)
-             .Int("shard", opt_.shard)
-             .Int("shards", opt_.shards)
-             .Int("server_step", s.steps)
-             .Int("bytes_in", static_cast<int64_t>(s.bytes_in))
-             .Int("bytes_out", static_cast<int64_t>(s.bytes_out))
-             .Int("live_workers", s.live_workers)
-             .Raw("workers", "[" + workers + "]")
-             .Done() +
-         "\n";
+      .Str("job", opt_.job)
+      .Int("shard", opt_.shard)
+      .Int("shards", opt_.shards)
+      .Int("server_step", s.steps)
+      .Int("bytes_in", static_cast<int64_t>(s.bytes_in))
+      .Int("bytes_out", static_cast<int64_t>(s.bytes_out))
+      .Int("live_workers", s.live_workers)
+      .Raw("workers", "[" + workers + "]")
+      .Done();
 }
 
 bool Dashboard::Authorized(const HttpRequest& r) const {
@@ -199,14 +201,18 @@ HttpResponse Dashboard::Handle(const HttpRequest& r) const {
     return Json(WorkersJson());
   }
   if (r.path == "/api/rows") {
-    const auto since = r.query.find("since"), limit = r.query.find("limit");
+    const auto since = r.query.find("since"), limit = r.query.find("limit"),
+               workers = r.query.find("workers");
     const int64_t s = since == r.query.end() ? 0 : Count(since->second);
     const int64_t n = limit == r.query.end() ? kDefaultLimit : Count(limit->second);
     if (s < 0) return Error(400, "since must be a row number (0, 1, ...)");
     if (n < 1 || n > kMaxLimit)
       return Error(400, "limit must be 1 to " + std::to_string(kMaxLimit));
+    const bool with_workers = workers != r.query.end() && workers->second == "1";
+    if (workers != r.query.end() && !with_workers && workers->second != "0")
+      return Error(400, "workers must be 0 or 1");
     ++served_;
-    return Json(RowsJson(s, n));
+    return Json(RowsJson(s, n, with_workers));
   }
   return Error(404, "no api " + r.path + " (api/rows, api/workers)");
 }

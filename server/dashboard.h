@@ -7,7 +7,8 @@
 //
 //   GET /                  the page            (token, if set)
 //   GET /chart.js          Chart.js            (public library code: no token)
-//   GET /api/rows?since=N  {"next", "dropped", "rows": [...]}: rows N.. (metrics.jsonl names)
+//   GET /api/rows?since=N  {"next", "dropped", "rows": [...]}: rows N.. (metrics.jsonl names);
+//       &workers=1         and "workers": /api/workers' answer, so a page polls once a refresh
 //   GET /api/workers       job, shard, step, bytes, and each worker's state
 //   GET /metrics           Prometheus text     (no token, as before the dashboard), with
 //                          gradpress_dashboard_requests_total (page and api answers)
@@ -50,13 +51,14 @@ class Dashboard {
   HttpResponse Handle(const HttpRequest& r) const;
 
   // The API bodies (also for tests). since: the first row wanted (rows dropped before it
-  // are skipped); at most `limit` rows.
-  std::string RowsJson(int64_t since, int64_t limit) const;
+  // are skipped); at most `limit` rows; with_workers: WorkersJson's object as "workers".
+  std::string RowsJson(int64_t since, int64_t limit, bool with_workers = false) const;
   std::string WorkersJson() const;
   static std::string RowJson(const proto::WorkerRow& row);
 
  private:
   bool Authorized(const HttpRequest& r) const;
+  std::string WorkersObject() const;  // WorkersJson without its newline
   DashboardOptions opt_;
   const ParameterStore* store_;
   std::string page_;  // the template with its markers replaced for live serving

@@ -132,6 +132,13 @@ for w in info.get("workers", []):
                       ("last_seen_s", (int, float)), ("rejoins", int)):
         if not isinstance(w.get(key), kind):
             fail(f"api/workers: {w.get('name')}: field {key} is {w.get(key)!r}")
+# What the page polls: the rows with api/workers' answer as "workers" (last_seen_s moves on).
+status, body = get("/api/rows?since=0&limit=1&workers=1", token)
+both = json.loads(body).get("workers") if status == 200 else None
+if not isinstance(both, dict) or {k: v for k, v in both.items() if k != "workers"} != \
+        {k: v for k, v in info.items() if k != "workers"} or \
+        sorted(w.get("name") for w in both.get("workers", [])) != names:
+    fail(f"api/rows?workers=1: HTTP {status}, workers {both!r}, expected api/workers' answer")
 
 rows, since = [], 0
 while True:

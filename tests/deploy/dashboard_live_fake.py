@@ -2,14 +2,16 @@
 """The dashboard's live mode against a fake of the server's HTTP side (python3's http.server on
 127.0.0.1): / serves server/dashboard/index.html with its markers replaced as the real server
 does, /chart.js Debian's Chart.js, api/rows?since=N pages of a fixture (out of order, a re-run
-step, a codec change, a rejoin; the first rows "no longer held"), api/workers a fixed answer.
+step, a codec change, a rejoin; the first rows "no longer held"; with workers=1, api/workers'
+answer too), api/workers a fixed answer.
 Every request needs "Authorization: Bearer secret".
 
   dashboard_live_fake.py SOURCE_DIR            # the test: three headless Chromium loads
   dashboard_live_fake.py SOURCE_DIR --serve 8080  # serve it; open /?token=secret&refresh=1
 
 Checks, from the dumped DOM: with the token, every row arrives through several polls and the
-charts' data-points and the worker table match the fixture; when api/workers answers 503 the
+charts' data-points and the worker table match the fixture, with one request a refresh (no
+api/workers); when api/rows leaves the workers out and api/workers answers 503 the
 status line names it and the rows are still all shown; without the token the 401 is shown.
 Exit 0 on success, 1 naming the failed check (chromium or Chart.js missing included)."""
 import http.server, json, os, re, shutil, subprocess, sys, tempfile, threading, urllib.parse
@@ -83,8 +85,13 @@ def make_handler(page, chartjs, state, rows=None, page_rows=PAGE, dropped=DROPPE
                 since = max(int(urllib.parse.parse_qs(url.query).get("since", ["0"])[0]), dropped)
                 part = rows[since:since + page_rows]
                 answer = {"next": since + len(part), "rows": part, "dropped": dropped}
+                # workers=1: api/workers' answer too, as the server gives it; a failing one is
+                # left out, as a server without it would, and asked apart (503).
+                if "workers=1" in url.query and not state["workers_fail"]:
+                    answer["workers"] = WORKERS
                 return self.send(200, json.dumps(answer))
             if url.path == "/api/workers":
+                state["workers_asked"] = state.get("workers_asked", 0) + 1
                 if state["workers_fail"]:
                     return self.send(503, "store is restoring", "text/plain")
                 return self.send(200, json.dumps(WORKERS))
@@ -181,6 +188,9 @@ def main():
         fail("status line does not mention the dropped rows")
     if 'class="error"' in dom:
         fail("status line shows an error with a healthy server")
+    if state.get("workers_asked"):
+        fail(f"the page asked api/workers {state['workers_asked']} times: api/rows?workers=1 "
+             "carries it, one request a refresh")
 
     # 2: api/workers fails: the status names it, the rows are all still there.
     state["workers_fail"] = True
@@ -191,7 +201,7 @@ def main():
 
     # 3: no token: 401 shown, the page keeps polling.
     dom = load("?refresh=0.2")
-    if "api/rows?since=0: HTTP 401" not in dom:
+    if "api/rows?since=0&amp;workers=1: HTTP 401" not in dom:  # & as the DOM dump writes it
         fail("status line does not show the 401 without a token")
     if int(attr(dom, "gp-status", "data-renders") or 0) < 3:
         fail("the page stopped polling after a 401")

@@ -151,6 +151,14 @@ TEST_CASE("dashboard: with a token, the page and api need it; /metrics and chart
   const std::string workers = d.Handle(Get("/api/workers?token=s3cret")).body;
   CHECK(workers.find("\"job\": \"job\", \"shard\": 0, \"shards\": 1") != std::string::npos);
   CHECK(workers.find("\"workers\": []") != std::string::npos);
+  // The page's one request a refresh: the rows and, as "workers", api/workers' answer.
+  const std::string both = d.Handle(Get("/api/rows?since=0&workers=1&token=s3cret")).body;
+  CHECK(both.find("\"rows\": [], \"workers\": {\"job\": \"job\", \"shard\": 0") !=
+        std::string::npos);
+  CHECK(both.substr(both.size() - 4) == "]}}\n");  // the rows, then the workers object
+  CHECK(d.Handle(Get("/api/rows?workers=0&token=s3cret")).body.find("\"workers\"") ==
+        std::string::npos);
+  CHECK(d.Handle(Get("/api/rows?workers=yes&token=s3cret")).status == 400);
 }
 
 TEST_CASE("http: a silent client or an oversized head does not stall the endpoint", "[dashboard]") {
