@@ -13,6 +13,15 @@
 #   scripts/dashboard_bench.sh                      # 3 rounds, 2 epochs a run (about 5 minutes)
 #   scripts/dashboard_bench.sh --rounds 5 --epochs 1 --skip 100
 #
+# --alternate W: the same run, alternated. One job (--epochs, 10 here unless given) per round;
+# every W seconds the browser opens or closes (nobody watching first). A window's steps are
+# those the server counted from --settle seconds after it began (Chromium's start-up, or its
+# exit, not counted) to its end; each browser window is compared with the mean of the windows
+# with nobody watching on either side of it, so that the job's drift and a run's own speed
+# cancel. Prints each window, then the ratio of the browser windows' mean step to their
+# neighbours'.
+#   scripts/dashboard_bench.sh --alternate 10 --settle 4 --rounds 3   # about 5 minutes
+#
 # Needs chromium and curl (scripts/setup.sh). Run on a quiet machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,13 +29,18 @@ rounds=3
 epochs=2
 skip=200
 config=configs/lenet_fmnist_m5.yaml
+alternate=0
+settle=3
+epochs_set=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
-    --epochs) epochs=$2; shift 2 ;;
+    --epochs) epochs=$2; epochs_set=1; shift 2 ;;
+    --alternate) alternate=$2; shift 2 ;;
+    --settle) settle=$2; shift 2 ;;
     --skip) skip=$2; shift 2 ;;
     --config) config=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "dashboard_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -52,6 +66,113 @@ ticks() {
   echo "$t"
 }
 
+# open_browser PORT PROFILE: the page in headless Chromium, refreshing every second; sets viewer.
+open_browser() {
+  mkdir -p "$work/$2"
+  local as_user=()
+  if (( EUID == 0 )); then
+    # A browser runs as a user. Run as root, Chromium raises its compositor and IO threads to
+    # nice -8, ahead of the job's processes, which no user's browser can do.
+    chmod o+x "$work"
+    chown nobody: "$work/$2"
+    as_user=(setpriv --reuid=nobody --regid=nogroup --clear-groups env HOME="$work/$2")
+  fi
+  "${as_user[@]}" "$chromium" --headless --no-sandbox --disable-gpu \
+    --user-data-dir="$work/$2" --window-size=1400,1900 \
+    "http://127.0.0.1:$1/?refresh=1" >/dev/null 2>&1 &
+  viewer=$!
+}
+
+close_viewer() {
+  [[ -n $viewer ]] || return 0
+  kill "$viewer" 2>/dev/null || true
+  wait "$viewer" 2>/dev/null || true
+  viewer=""
+}
+
+# The step the server has reached (api/workers' server_step), empty when it does not answer.
+server_step() {
+  curl -sf "http://127.0.0.1:$1/api/workers" 2>/dev/null |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["server_step"])' 2>/dev/null || true
+}
+
+# alternated ROUND: one job, nobody watching and the browser alternated every $alternate s;
+# prints a line per window: "mode first_step end_step mean_step_ms viewer_cpu".
+alternated() {
+  local round=$1 port out pid i=0 mode a b k0 t0 cpu
+  port=$(free_port)
+  out=$work/alt-$round
+  scripts/run.sh "$config" --dashboard "$port" --set "train.epochs=$epochs" \
+    --set "output.dir=$out" >"$work/alt-$round.log" 2>&1 &
+  pid=$!
+  until [[ -n $(server_step "$port") ]]; do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  : >"$work/windows-$round"
+  while kill -0 "$pid" 2>/dev/null; do
+    mode=off
+    if (( i % 2 )); then mode=browser; open_browser "$port" "profile-$round-$i"; fi
+    sleep "$settle"
+    a=$(server_step "$port")
+    k0=$(ticks "profile-$round-$i")
+    t0=$(date +%s.%N)
+    sleep "$(awk -v w="$alternate" -v s="$settle" 'BEGIN { print w - s }')"
+    b=$(server_step "$port")
+    cpu=-
+    [[ $mode == off ]] || cpu=$(awk -v k="$(( $(ticks "profile-$round-$i") - k0 ))" \
+      -v hz="$(getconf CLK_TCK)" -v t0="$t0" -v t1="$(date +%s.%N)" \
+      'BEGIN { printf "%.1f", 100 * k / hz / (t1 - t0) }')
+    close_viewer
+    # A window the job ended in (the server gone) is not counted.
+    [[ -n $a && -n $b ]] && echo "$mode $a $b $cpu" >>"$work/windows-$round"
+    i=$((i + 1))
+  done
+  wait "$pid" || { echo "dashboard_bench.sh: the alternated job failed; its log:" >&2; tail -20 "$work/alt-$round.log" >&2; exit 1; }
+  cat "$out"/*/*/metrics.jsonl | python3 -c '
+import json, sys
+windows = [l.split() for l in open(sys.argv[1])]
+ms = {}
+for line in sys.stdin:
+    r = json.loads(line)
+    if "loss" in r and "step_ms" in r:
+        ms.setdefault(r["step"], []).append(r["step_ms"])
+for mode, a, b, cpu in windows:
+    got = [v for s in range(int(a), int(b)) for v in ms.get(s, [])]
+    if got:
+        print(mode, a, b, sum(got) / len(got), cpu)' "$work/windows-$round"
+}
+
+if (( alternate > 0 )); then
+  (( epochs_set )) || epochs=10
+  (( alternate > settle + 1 )) || { echo "dashboard_bench.sh: --alternate must exceed --settle + 1" >&2; exit 2; }
+  echo "dashboard_bench: $config, $epochs epoch(s) a run, $rounds rounds, nobody and the browser" \
+    "alternated every $alternate s in each run, steps from $settle s into a window on"
+  printf '%-6s %-8s %8s %8s %10s %12s\n' round viewer from to step_ms viewer_cpu%
+  for ((i = 1; i <= rounds; i++)); do
+    alternated "$i" | while read -r mode a b ms cpu; do
+      printf '%-6s %-8s %8s %8s %10.3f %12s\n' "$i" "$mode" "$a" "$b" "$ms" "$cpu"
+    done | tee -a "$work/table"
+  done
+  # Each browser window against the mean of its neighbours with nobody watching (same round).
+  awk '{ n++; rd[n] = $1; m[n] = $2; ms[n] = $5 }
+    END {
+      for (i = 1; i <= n; i++) {
+        if (m[i] != "browser") continue
+        s = 0; c = 0
+        if (i > 1 && rd[i - 1] == rd[i] && m[i - 1] == "off") { s += ms[i - 1]; c++ }
+        if (i < n && rd[i + 1] == rd[i] && m[i + 1] == "off") { s += ms[i + 1]; c++ }
+        if (!c) continue
+        b += ms[i]; o += s / c; pairs++
+      }
+      if (!pairs) { print "dashboard_bench.sh: no browser window with a neighbour" > "/dev/stderr"; exit 1 }
+      r = b / o
+      printf "browser  mean step_ms %.3f vs %.3f with nobody watching, %d windows against their neighbours: ratio %.4f (%+.2f%%; target at most +2%%: %s)\n",
+             b / pairs, o / pairs, pairs, r, (r - 1) * 100, r <= 1.02 ? "met" : "NOT met"
+    }' "$work/table"
+  exit 0
+fi
+
 # run MODE ROUND: one job; prints "step_ms requests viewer_cpu" (the viewer's CPU in % of one
 # core from its 5th second to the job's end; "-" for nobody).
 run() {
@@ -67,19 +188,7 @@ run() {
     sleep 0.1
   done
   if [[ $mode == browser ]]; then
-    mkdir -p "$work/profile-$round"
-    as_user=()
-    if (( EUID == 0 )); then
-      # A browser runs as a user. Run as root, Chromium raises its compositor and IO threads to
-      # nice -8, ahead of the job's processes, which no user's browser can do.
-      chmod o+x "$work"
-      chown nobody: "$work/profile-$round"
-      as_user=(setpriv --reuid=nobody --regid=nogroup --clear-groups env HOME="$work/profile-$round")
-    fi
-    "${as_user[@]}" "$chromium" --headless --no-sandbox --disable-gpu \
-      --user-data-dir="$work/profile-$round" --window-size=1400,1900 \
-      "http://127.0.0.1:$port/?refresh=1" >/dev/null 2>&1 &
-    viewer=$!
+    open_browser "$port" "profile-$round"
   elif [[ $mode == api ]]; then
     python3 - "$port" <<'PY' &
 import json, sys, time, urllib.request
@@ -112,9 +221,7 @@ PY
       cpu=$(awk -v k="$(( $(ticks "$tag") - k0 ))" -v hz="$(getconf CLK_TCK)" -v t0="$t0" \
         -v t1="$(date +%s.%N)" 'BEGIN { printf "%.1f", 100 * k / hz / (t1 - t0) }')
     fi
-    kill "$viewer" 2>/dev/null || true
-    wait "$viewer" 2>/dev/null || true
-    viewer=""
+    close_viewer
   fi
   local ms
   ms=$(cat "$out"/*/*/metrics.jsonl | python3 -c '
