@@ -12,7 +12,7 @@ refresh=0.2. Once every row is shown, a script added to the page checks each lin
 Exit 0 on success, 1 naming the failed check.
 
   dashboard_append_test.py SOURCE_DIR"""
-import http.server, math, os, re, sys, threading
+import math, os, re, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dashboard_live_fake as fake  # noqa: E402
@@ -61,23 +61,16 @@ def main():
     if len(sys.argv) < 2:
         fake.fail("usage: dashboard_append_test.py SOURCE_DIR")
     rows = fixture()
-    page, chartjs = fake.served_page(sys.argv[1])
-    page = page.replace("</body>", CHECK % (len(rows), list(CHARTS)) + "</body>", 1)
-    state = {"polls": 0, "workers_fail": False}
-    handler = fake.make_handler(page, chartjs, state, rows=rows, page_rows=PAGE, dropped=0,
-                                token=None)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    dom = fake.chromium_dom(f"http://127.0.0.1:{server.server_port}/?refresh=0.2", 12000)
+    dom, state, tag = fake.checked_page(sys.argv[1], rows, CHECK % (len(rows), list(CHARTS)),
+                                        PAGE, 12000)
     status = re.search(r'<div id="gp-status"[^>]*>([^<]*)<', dom)
     if not status or not status.group(1).startswith("live:"):
         fake.fail(f"status line: {status and status.group(1)}")
-    tag = re.search(r'<div id="gp-check"[^>]*>', dom)
     if not tag:
         fake.fail(f"the check did not run: {state['polls']} polls for {len(rows)} rows")
     report = []
     for key in CHARTS:
-        m = re.search(r' data-%s="([^"]*)"' % key.lower(), tag.group(0))
+        m = re.search(r' data-%s="([^"]*)"' % key.lower(), tag)
         appends, stale, laid, diff, pixels = m.group(1).split(",")
         report.append(f"{key}: {appends} appended refreshes, {diff} of {pixels} pixels differ "
                       "from the whole drawing")

@@ -12,7 +12,7 @@ the page refreshed (it was extended in place); every line holds at most 5000 poi
 Exit 0 on success, 1 naming the failed check.
 
   dashboard_lines_test.py SOURCE_DIR"""
-import http.server, json, os, re, sys, threading
+import os, re, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dashboard_live_fake as fake  # noqa: E402
@@ -69,24 +69,17 @@ def main():
     if len(sys.argv) < 2:
         fake.fail("usage: dashboard_lines_test.py SOURCE_DIR")
     rows = fixture()
-    page, chartjs = fake.served_page(sys.argv[1])
-    page = page.replace("</body>", CHECK % (len(rows), STEPS - 1) + "</body>", 1)
-    state = {"polls": 0, "workers_fail": False}
-    handler = fake.make_handler(page, chartjs, state, rows=rows, page_rows=PAGE, dropped=0,
-                                token=None)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    dom = fake.chromium_dom(f"http://127.0.0.1:{server.server_port}/?refresh=0.2", 15000)
-    tag = re.search(r'<div id="gp-check"[^>]*>', dom)
+    dom, state, tag = fake.checked_page(sys.argv[1], rows, CHECK % (len(rows), STEPS - 1), PAGE,
+                                        15000)
     if not tag:
         status = re.search(r'<div id="gp-status"[^>]*>([^<]*)<', dom)
         fake.fail(f"the check did not run: {state['polls']} polls for {len(rows)} rows; "
                   f"status: {status and status.group(1)}")
-    same, renders, builds, most, size = re.search(r' data-result="([^"]*)"', tag.group(0)).group(1).split(",")
+    same, renders, builds, most, size = re.search(r' data-result="([^"]*)"', tag).group(1).split(",")
     print(f"dashboard_lines_test: {renders} refreshes drew; the loss line of worker 0 was built "
           f"whole {builds} times; longest line {most} points", flush=True)
     if same != "true":
-        diff = re.search(r' data-diff="([^"]*)"', tag.group(0))
+        diff = re.search(r' data-diff="([^"]*)"', tag)
         fake.fail("the lines extended in place differ from the lines built whole: " +
                   (diff.group(1).replace("&quot;", '"')[:3000] if diff else "?"))
     if int(most) > 5000:

@@ -130,6 +130,23 @@ def chromium_dom(url, budget_ms=5000):
     return out.stdout
 
 
+def checked_page(source_dir, rows, check, page_rows, budget_ms):
+    """The live page with the script `check` added, against the fake serving `rows` page_rows a
+    poll (no token), at refresh=0.2 in headless Chromium for budget_ms of virtual time: (the
+    DOM, the fake's state, the <div id="gp-check"> tag the check wrote, or None)."""
+    page, chartjs = served_page(source_dir)
+    page = page.replace("</body>", check + "</body>", 1)
+    state = {"polls": 0, "workers_fail": False}
+    handler = make_handler(page, chartjs, state, rows=rows, page_rows=page_rows, dropped=0,
+                           token=None)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    dom = chromium_dom(f"http://127.0.0.1:{server.server_port}/?refresh=0.2", budget_ms)
+    server.shutdown()
+    tag = re.search(r'<div id="gp-check"[^>]*>', dom)
+    return dom, state, tag and tag.group(0)
+
+
 def main():
     if len(sys.argv) < 2:
         fail("usage: dashboard_live_fake.py SOURCE_DIR [--serve PORT]")
