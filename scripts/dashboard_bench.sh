@@ -66,6 +66,12 @@ ticks() {
   echo "$t"
 }
 
+# cpu_since TAG TICKS0 TIME0: % of one core the processes of TAG used since ticks TICKS0 at TIME0.
+cpu_since() {
+  awk -v k="$(( $(ticks "$1") - $2 ))" -v hz="$(getconf CLK_TCK)" -v t0="$3" \
+    -v t1="$(date +%s.%N)" 'BEGIN { printf "%.1f", 100 * k / hz / (t1 - t0) }'
+}
+
 # open_browser PORT PROFILE: the page in headless Chromium, refreshing every second; sets viewer.
 open_browser() {
   mkdir -p "$work/$2"
@@ -120,9 +126,7 @@ alternated() {
     sleep "$(awk -v w="$alternate" -v s="$settle" 'BEGIN { print w - s }')"
     b=$(server_step "$port")
     cpu=-
-    [[ $mode == off ]] || cpu=$(awk -v k="$(( $(ticks "profile-$round-$i") - k0 ))" \
-      -v hz="$(getconf CLK_TCK)" -v t0="$t0" -v t1="$(date +%s.%N)" \
-      'BEGIN { printf "%.1f", 100 * k / hz / (t1 - t0) }')
+    [[ $mode == off ]] || cpu=$(cpu_since "profile-$round-$i" "$k0" "$t0")
     close_viewer
     # A window the job ended in (the server gone) is not counted.
     [[ -n $a && -n $b ]] && echo "$mode $a $b $cpu" >>"$work/windows-$round"
@@ -218,8 +222,7 @@ PY
   wait "$pid" || { echo "dashboard_bench.sh: the $mode job failed; its log:" >&2; tail -20 "$work/$mode-$round.log" >&2; exit 1; }
   if [[ -n $viewer ]]; then
     if (( n > 5 )); then
-      cpu=$(awk -v k="$(( $(ticks "$tag") - k0 ))" -v hz="$(getconf CLK_TCK)" -v t0="$t0" \
-        -v t1="$(date +%s.%N)" 'BEGIN { printf "%.1f", 100 * k / hz / (t1 - t0) }')
+      cpu=$(cpu_since "$tag" "$k0" "$t0")
     fi
     close_viewer
   fi
