@@ -130,7 +130,7 @@ std::string Dashboard::RowsJson(int64_t since, int64_t limit, bool with_workers)
   const int64_t from = std::clamp(since, first_, end), to = std::min(end, from + limit);
   std::string out = "{\"next\": " + std::to_string(to) +
                     ", \"dropped\": " + std::to_string(std::max<int64_t>(0, first_ - since)) +
-                    ", \"rows\": [";
+                    ", \"end\": " + std::to_string(end) + ", \"rows\": [";
   for (int64_t i = from; i < to; ++i) {
     if (i > from) out += ",\n";
     out += rows_[static_cast<size_t>(i - first_)];

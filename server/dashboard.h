@@ -51,7 +51,9 @@ class Dashboard {
   HttpResponse Handle(const HttpRequest& r) const;
 
   // The API bodies (also for tests). since: the first row wanted (rows dropped before it
-  // are skipped); at most `limit` rows; with_workers: WorkersJson's object as "workers".
+  // are skipped); at most `limit` rows; "end": the row after the last one held, so next < end
+  // says more rows wait (a page opened late catches up at once); with_workers: WorkersJson's
+  // object as "workers".
   std::string RowsJson(int64_t since, int64_t limit, bool with_workers = false) const;
   std::string WorkersJson() const;
   static std::string RowJson(const proto::WorkerRow& row);

@@ -144,9 +144,14 @@ rows, since = [], 0
 while True:
     status, body = get(f"/api/rows?since={since}&limit=50", token)
     page = json.loads(body)
-    for key in ("next", "dropped", "rows"):
-        if key not in page:
-            fail(f"api/rows: no field {key}")
+    missing = [key for key in ("next", "dropped", "end", "rows") if key not in page]
+    if missing:
+        fail(f"api/rows: no field {', '.join(missing)}")
+        break
+    if not since <= page["next"] <= page["end"] or \
+            (page["next"] < page["end"] and len(page["rows"]) != 50):
+        fail(f"api/rows?since={since}&limit=50: next {page['next']}, end {page['end']} with "
+             f"{len(page['rows'])} rows (more waiting: a full page)")
     rows += page["rows"]
     if page["next"] == since:
         break

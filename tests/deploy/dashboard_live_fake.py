@@ -9,7 +9,8 @@ Every request needs "Authorization: Bearer secret".
   dashboard_live_fake.py SOURCE_DIR            # the test: three headless Chromium loads
   dashboard_live_fake.py SOURCE_DIR --serve 8080  # serve it; open /?token=secret&refresh=1
 
-Checks, from the dumped DOM: with the token, every row arrives through several polls and the
+Checks, from the dumped DOM: with the token, every row arrives through several polls, asked
+back to back (answers carry "end") and first drawn when all came, and the
 charts' data-points and the worker table match the fixture, with one request a refresh (no
 api/workers); when api/rows leaves the workers out and api/workers answers 503 the
 status line names it and the rows are still all shown; without the token the 401 is shown.
@@ -55,9 +56,12 @@ WORKERS = {"job": "live-job", "shard": 0, "shards": 1, "server_step": 123, "byte
                                               (2, "dropped", 1, 60.0))]}
 
 
-def make_handler(page, chartjs, state, rows=None, page_rows=PAGE, dropped=DROPPED, token=TOKEN):
+def make_handler(page, chartjs, state, rows=None, page_rows=PAGE, dropped=DROPPED, token=TOKEN,
+                 send_end=True):
     """The fake server's handler; rows (default: the fixture) are served page_rows at a time, the
-    first `dropped` as no longer held; token None: no Authorization needed."""
+    first `dropped` as no longer held; token None: no Authorization needed. send_end: answers
+    say where the rows end, as the server's do (a page behind asks again at once); without it
+    every answer looks caught up, as a live job's rows arriving page_rows a poll would."""
     rows = ROWS if rows is None else rows
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -85,6 +89,8 @@ def make_handler(page, chartjs, state, rows=None, page_rows=PAGE, dropped=DROPPE
                 since = max(int(urllib.parse.parse_qs(url.query).get("since", ["0"])[0]), dropped)
                 part = rows[since:since + page_rows]
                 answer = {"next": since + len(part), "rows": part, "dropped": dropped}
+                if send_end:
+                    answer["end"] = len(rows)
                 # workers=1: api/workers' answer too, as the server gives it; a failing one is
                 # left out, as a server without it would, and asked apart (503).
                 if "workers=1" in url.query and not state["workers_fail"]:
@@ -132,13 +138,14 @@ def chromium_dom(url, budget_ms=5000):
 
 def checked_page(source_dir, rows, check, page_rows, budget_ms):
     """The live page with the script `check` added, against the fake serving `rows` page_rows a
-    poll (no token), at refresh=0.2 in headless Chromium for budget_ms of virtual time: (the
-    DOM, the fake's state, the <div id="gp-check"> tag the check wrote, or None)."""
+    poll (no token, each answer looking caught up: a page drawn every poll, as a live job's
+    rows arrive), at refresh=0.2 in headless Chromium for budget_ms of virtual time: (the DOM,
+    the fake's state, the <div id="gp-check"> tag the check wrote, or None)."""
     page, chartjs = served_page(source_dir)
     page = page.replace("</body>", check + "</body>", 1)
     state = {"polls": 0, "workers_fail": False}
     handler = make_handler(page, chartjs, state, rows=rows, page_rows=page_rows, dropped=0,
-                           token=None)
+                           token=None, send_end=False)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     dom = chromium_dom(f"http://127.0.0.1:{server.server_port}/?refresh=0.2", budget_ms)
@@ -179,10 +186,12 @@ def main():
     epochs = [r for r in held if "test_acc" in r]
     n_steps = len({s for _, s in steps})
 
-    # 1: the token, every row through several polls.
+    # 1: the token, every row through several polls, asked at once and drawn once all came.
     dom = load(f"?token={TOKEN}&refresh=0.2")
     if state["polls"] < len(held) // PAGE:
         fail(f"only {state['polls']} polls of api/rows for {len(held)} rows in pages of {PAGE}")
+    expect(dom, "gp-status", "data-first-rows", len(held),
+           "the first render waits for every row held (answers' next below their end)")
     expect(dom, "gp-status", "data-mode", "live", "no #gp-rows in the served page")
     expect(dom, "gp-status", "data-rows", len(held), "rows the server still holds")
     expect(dom, "gp-status", "data-steps", len(steps), "distinct (rank, step) step rows")

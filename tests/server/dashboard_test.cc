@@ -101,10 +101,10 @@ TEST_CASE("dashboard: rows as metrics.jsonl JSON, paged by since; the oldest dro
         std::string::npos);
   CHECK(all.find("\"step_ms\": 12.5") != std::string::npos);
   CHECK(all.find("\"push_codec\": \"topk?\\\"x\\\"?\"") != std::string::npos);  // printable only
-  CHECK(d.RowsJson(1, 1).find("\"next\": 2") != std::string::npos);
+  CHECK(d.RowsJson(1, 1).find("\"next\": 2, \"dropped\": 0, \"end\": 3") != std::string::npos);
   d.Add(Rows({StepRow(0, 1, 2.0), StepRow(0, -1, 9.0)}));  // a negative step is skipped
   const std::string later = d.RowsJson(0, 10);
-  CHECK(later.find("\"next\": 4, \"dropped\": 1") != std::string::npos);
+  CHECK(later.find("\"next\": 4, \"dropped\": 1, \"end\": 4") != std::string::npos);
   CHECK(later.find("\"loss\": 2.5") == std::string::npos);  // the first row is gone
   CHECK(later.find("\"loss\": 9") == std::string::npos);
   CHECK(d.RowsJson(4, 10).find("\"rows\": []") != std::string::npos);
