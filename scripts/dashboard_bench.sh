@@ -14,13 +14,21 @@
 #   scripts/dashboard_bench.sh --rounds 5 --epochs 1 --skip 100
 #
 # --alternate W: the same run, alternated. One job (--epochs, 10 here unless given) per round;
-# every W seconds the browser opens or closes (nobody watching first). A window's steps are
-# those the server counted from --settle seconds after it began (Chromium's start-up, or its
-# exit, not counted) to its end; each browser window is compared with the mean of the windows
-# with nobody watching on either side of it, so that the job's drift and a run's own speed
-# cancel. Prints each window, then the ratio of the browser windows' mean step to their
-# neighbours'.
-#   scripts/dashboard_bench.sh --alternate 10 --settle 4 --rounds 3   # about 5 minutes
+# every W seconds a viewer starts or stops watching (nobody first). --viewer says which:
+#   tab (the default): a headless Chromium is open on a blank tab throughout the run; the page
+#     opens in a second tab, which then closes (what the page costs a user whose browser is
+#     open anyway);
+#   browser: Chromium starts with the page and exits (the page and a browser started for it);
+#   api: a client polling what the page polls, every second, as a browser on another machine
+#     costs the job.
+# A window's steps are those the server counted from --settle seconds after it began (the
+# viewer's start-up, or its exit, not counted) to its end; each window watched is compared
+# with the mean of the windows on either side of it, so that the job's drift and a run's own
+# speed cancel. Prints each window and the viewer's CPU in it (tab: the browser's, blank tab
+# or not), then the ratio of the watched windows' mean step to their neighbours'.
+#   scripts/dashboard_bench.sh --alternate 20 --settle 8 --rounds 3 --epochs 20  # about 10 minutes
+#   scripts/dashboard_bench.sh --alternate 20 --settle 8 --rounds 3 --epochs 20 --viewer api
+# --refresh S: the page (and the api client) refresh every S seconds (default 1).
 #
 # Needs chromium and curl (scripts/setup.sh). Run on a quiet machine.
 set -euo pipefail
@@ -31,6 +39,8 @@ skip=200
 config=configs/lenet_fmnist_m5.yaml
 alternate=0
 settle=3
+viewer_kind=tab
+refresh=1
 epochs_set=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -38,15 +48,19 @@ while [[ $# -gt 0 ]]; do
     --epochs) epochs=$2; epochs_set=1; shift 2 ;;
     --alternate) alternate=$2; shift 2 ;;
     --settle) settle=$2; shift 2 ;;
+    --viewer) viewer_kind=$2; shift 2 ;;
+    --refresh) refresh=$2; shift 2 ;;
     --skip) skip=$2; shift 2 ;;
     --config) config=$2; shift 2 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "dashboard_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
 chromium=$(command -v chromium || command -v chromium-browser || true)
 [[ -n $chromium ]] || { echo "dashboard_bench.sh: chromium not found (apt-get install chromium)" >&2; exit 1; }
 command -v curl >/dev/null || { echo "dashboard_bench.sh: curl not found" >&2; exit 1; }
+[[ $viewer_kind =~ ^(tab|browser|api)$ ]] ||
+  { echo "dashboard_bench.sh: --viewer must be tab, browser or api, not '$viewer_kind'" >&2; exit 2; }
 work=$(mktemp -d /tmp/gp_dash_bench.XXXXXX)
 viewer=""
 cleanup() {
@@ -72,7 +86,7 @@ cpu_since() {
     -v t1="$(date +%s.%N)" 'BEGIN { printf "%.1f", 100 * k / hz / (t1 - t0) }'
 }
 
-# open_browser PORT PROFILE: the page in headless Chromium, refreshing every second; sets viewer.
+# open_browser URL PROFILE [FLAG...]: headless Chromium showing URL; sets viewer.
 open_browser() {
   mkdir -p "$work/$2"
   local as_user=()
@@ -84,8 +98,48 @@ open_browser() {
     as_user=(setpriv --reuid=nobody --regid=nogroup --clear-groups env HOME="$work/$2")
   fi
   "${as_user[@]}" "$chromium" --headless --no-sandbox --disable-gpu \
-    --user-data-dir="$work/$2" --window-size=1400,1900 \
-    "http://127.0.0.1:$1/?refresh=1" >/dev/null 2>&1 &
+    --user-data-dir="$work/$2" --window-size=1400,1900 "${@:3}" "$1" >/dev/null 2>&1 &
+  viewer=$!
+}
+
+page_url() { echo "http://127.0.0.1:$1/?refresh=$refresh"; }
+
+# A browser open throughout on a blank tab (--viewer tab), driven through its DevTools
+# HTTP endpoints: open_tab URL prints the new tab's id, close_tab ID closes it.
+devtools=""
+open_blank_browser() {
+  devtools=$(free_port)
+  open_browser about:blank "$1" --remote-debugging-port="$devtools"
+  for _ in $(seq 300); do
+    curl -sf -o /dev/null "http://127.0.0.1:$devtools/json/version" && return 0
+    sleep 0.1
+  done
+  echo "dashboard_bench.sh: Chromium's DevTools endpoint did not answer" >&2
+  exit 1
+}
+open_tab() {
+  local id
+  id=$(curl -sf -X PUT "http://127.0.0.1:$devtools/json/new?$1" |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])' 2>/dev/null) ||
+    { echo "dashboard_bench.sh: Chromium did not open a tab for $1" >&2; exit 1; }
+  echo "$id"
+}
+close_tab() { curl -sf -o /dev/null "http://127.0.0.1:$devtools/json/close/$1" || true; }
+
+# open_api PORT: a client polling what the page polls, every --refresh s; sets viewer. Its
+# processes are those whose command line holds "python3 - PORT".
+open_api() {
+  python3 - "$1" "$refresh" <<'PY' &
+import json, sys, time, urllib.request
+base, since = f"http://127.0.0.1:{sys.argv[1]}/api/", 0
+while True:
+    try:
+        since = json.load(urllib.request.urlopen(f"{base}rows?since={since}&workers=1",
+                                                 timeout=5))["next"]
+    except Exception:
+        pass
+    time.sleep(float(sys.argv[2]))
+PY
   viewer=$!
 }
 
@@ -102,12 +156,16 @@ server_step() {
     python3 -c 'import json, sys; print(json.load(sys.stdin)["server_step"])' 2>/dev/null || true
 }
 
-# alternated ROUND: one job, nobody watching and the browser alternated every $alternate s;
-# prints a line per window: "mode first_step end_step mean_step_ms viewer_cpu".
+# alternated ROUND: one job, the viewer (--viewer) watching and not, alternated every
+# $alternate s; prints a line per window: "mode first_step end_step mean_step_ms viewer_cpu".
 alternated() {
-  local round=$1 port out pid i=0 mode a b k0 t0 cpu
+  local round=$1 port out pid i=0 mode a b k0=0 t0 cpu tag="" tab
   port=$(free_port)
   out=$work/alt-$round
+  if [[ $viewer_kind == tab ]]; then
+    tag="profile-$round-blank"
+    open_blank_browser "$tag"
+  fi
   scripts/run.sh "$config" --dashboard "$port" --set "train.epochs=$epochs" \
     --set "output.dir=$out" >"$work/alt-$round.log" 2>&1 &
   pid=$!
@@ -118,20 +176,32 @@ alternated() {
   : >"$work/windows-$round"
   while kill -0 "$pid" 2>/dev/null; do
     mode=off
-    if (( i % 2 )); then mode=browser; open_browser "$port" "profile-$round-$i"; fi
+    tab=""
+    if (( i % 2 )); then
+      mode=$viewer_kind
+      case $viewer_kind in
+        tab) tab=$(open_tab "$(page_url "$port")") ;;
+        browser) tag="profile-$round-$i"; open_browser "$(page_url "$port")" "$tag" ;;
+        api) tag="python3 - $port"; open_api "$port" ;;
+      esac
+    elif [[ $viewer_kind != tab ]]; then
+      tag=""
+    fi
     sleep "$settle"
     a=$(server_step "$port")
-    k0=$(ticks "profile-$round-$i")
+    [[ -z $tag ]] || k0=$(ticks "$tag")
     t0=$(date +%s.%N)
     sleep "$(awk -v w="$alternate" -v s="$settle" 'BEGIN { print w - s }')"
     b=$(server_step "$port")
     cpu=-
-    [[ $mode == off ]] || cpu=$(cpu_since "profile-$round-$i" "$k0" "$t0")
-    close_viewer
+    [[ -z $tag ]] || cpu=$(cpu_since "$tag" "$k0" "$t0")
+    if [[ -n $tab ]]; then close_tab "$tab"; fi
+    [[ $viewer_kind == tab ]] || close_viewer
     # A window the job ended in (the server gone) is not counted.
     [[ -n $a && -n $b ]] && echo "$mode $a $b $cpu" >>"$work/windows-$round"
     i=$((i + 1))
   done
+  close_viewer
   wait "$pid" || { echo "dashboard_bench.sh: the alternated job failed; its log:" >&2; tail -20 "$work/alt-$round.log" >&2; exit 1; }
   cat "$out"/*/*/metrics.jsonl | python3 -c '
 import json, sys
@@ -150,29 +220,35 @@ for mode, a, b, cpu in windows:
 if (( alternate > 0 )); then
   (( epochs_set )) || epochs=10
   (( alternate > settle + 1 )) || { echo "dashboard_bench.sh: --alternate must exceed --settle + 1" >&2; exit 2; }
-  echo "dashboard_bench: $config, $epochs epoch(s) a run, $rounds rounds, nobody and the browser" \
-    "alternated every $alternate s in each run, steps from $settle s into a window on"
+  case $viewer_kind in
+    tab) what="a browser open throughout on a blank tab, the page opened in a second tab and closed" ;;
+    browser) what="no browser, and the page in a browser started for it" ;;
+    api) what="no viewer, and a client polling the page's api every second" ;;
+  esac
+  echo "dashboard_bench: $config, $epochs epoch(s) a run, $rounds rounds; in each run $what," \
+    "alternated every $alternate s; steps from $settle s into a window on"
   printf '%-6s %-8s %8s %8s %10s %12s\n' round viewer from to step_ms viewer_cpu%
   for ((i = 1; i <= rounds; i++)); do
     alternated "$i" | while read -r mode a b ms cpu; do
       printf '%-6s %-8s %8s %8s %10.3f %12s\n' "$i" "$mode" "$a" "$b" "$ms" "$cpu"
     done | tee -a "$work/table"
   done
-  # Each browser window against the mean of its neighbours with nobody watching (same round).
-  awk '{ n++; rd[n] = $1; m[n] = $2; ms[n] = $5 }
+  # Each window with the page open against the mean of its neighbours without it (same round).
+  awk -v kind="$viewer_kind" '{ n++; rd[n] = $1; m[n] = $2; ms[n] = $5 }
     END {
       for (i = 1; i <= n; i++) {
-        if (m[i] != "browser") continue
+        if (m[i] == "off") continue
         s = 0; c = 0
         if (i > 1 && rd[i - 1] == rd[i] && m[i - 1] == "off") { s += ms[i - 1]; c++ }
         if (i < n && rd[i + 1] == rd[i] && m[i + 1] == "off") { s += ms[i + 1]; c++ }
         if (!c) continue
         b += ms[i]; o += s / c; pairs++
       }
-      if (!pairs) { print "dashboard_bench.sh: no browser window with a neighbour" > "/dev/stderr"; exit 1 }
+      if (!pairs) { print "dashboard_bench.sh: no window with the page open and a neighbour" > "/dev/stderr"; exit 1 }
       r = b / o
-      printf "browser  mean step_ms %.3f vs %.3f with nobody watching, %d windows against their neighbours: ratio %.4f (%+.2f%%; target at most +2%%: %s)\n",
-             b / pairs, o / pairs, pairs, r, (r - 1) * 100, r <= 1.02 ? "met" : "NOT met"
+      without = kind == "tab" ? "a blank tab" : "nobody watching"
+      printf "%s: mean step_ms %.3f vs %.3f with %s, %d windows against their neighbours: ratio %.4f (%+.2f%%; target at most +2%%: %s)\n",
+             kind, b / pairs, o / pairs, without, pairs, r, (r - 1) * 100, r <= 1.02 ? "met" : "NOT met"
     }' "$work/table"
   exit 0
 fi
@@ -192,20 +268,9 @@ run() {
     sleep 0.1
   done
   if [[ $mode == browser ]]; then
-    open_browser "$port" "profile-$round"
+    open_browser "$(page_url "$port")" "profile-$round"
   elif [[ $mode == api ]]; then
-    python3 - "$port" <<'PY' &
-import json, sys, time, urllib.request
-base, since = f"http://127.0.0.1:{sys.argv[1]}/api/", 0
-while True:
-    try:
-        since = json.load(urllib.request.urlopen(f"{base}rows?since={since}&workers=1",
-                                                 timeout=5))["next"]
-    except Exception:
-        pass
-    time.sleep(1)
-PY
-    viewer=$!
+    open_api "$port"
   fi
   local tag="profile-$round"
   [[ $mode == api ]] && tag="python3 - $port"
