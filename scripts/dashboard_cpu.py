@@ -9,6 +9,7 @@ alternated with the working tree's in each round, so that they compare within on
 
   scripts/dashboard_cpu.py                       # the working tree's page, 3 rounds of 25 s
   scripts/dashboard_cpu.py --rev b00e40a --rounds 3
+  scripts/dashboard_cpu.py --start-step 12000  # late in a long run (lines thinned past 5000)
 
 Run as root, Chromium runs as `nobody` (as root it raises its own threads' priority). Needs
 chromium and libjs-chart.js (scripts/setup.sh). Run on a quiet machine."""
@@ -19,9 +20,10 @@ sys.path.insert(0, os.path.join(ROOT, "tests/deploy"))
 import dashboard_live_fake as fake  # noqa: E402
 
 
-def job_rows(rows, step_ms, stop):
-    """Appends the main job's rows to `rows` in real time until stop is set."""
-    t0, s = time.monotonic(), 0
+def job_rows(rows, step_ms, stop, start_step=0):
+    """Appends the main job's rows to `rows` in real time until stop is set; the rows of the
+    first start_step steps are there at once (a page opened late in a long run)."""
+    t0, s = time.monotonic() - start_step * step_ms / 1000, 0
     while not stop.is_set():
         due = int((time.monotonic() - t0) * 1000 / step_ms)
         while s < due:
@@ -65,7 +67,8 @@ def measure(source_dir, args):
                                 page_rows=20000, dropped=0, token=None)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    threading.Thread(target=job_rows, args=(rows, args.step_ms, stop), daemon=True).start()
+    threading.Thread(target=job_rows, args=(rows, args.step_ms, stop, args.start_step),
+                     daemon=True).start()
     profile = tempfile.mkdtemp(prefix="gp_dash_cpu.")
     cmd = [args.chromium, "--headless", "--no-sandbox", "--disable-gpu",
            "--user-data-dir=" + profile, "--window-size=1400,1900",
@@ -109,6 +112,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=25, help="each page open this long")
     ap.add_argument("--skip", type=float, default=10, help="not counting its first seconds")
     ap.add_argument("--step-ms", type=float, default=11.4, help="the fake job's step time")
+    ap.add_argument("--start-step", type=int, default=0,
+                    help="the fake job has run this many steps when the page opens")
     ap.add_argument("--rev", action="append", default=[], help="also measure this revision's page")
     args = ap.parse_args()
     args.chromium = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -121,7 +126,8 @@ def main():
     try:
         pages = [("tree", ROOT)] + [(rev, page_of(rev, tmp)) for rev in args.rev]
         print(f"dashboard_cpu: {args.rounds} rounds, each page {args.seconds:g} s at a "
-              f"{args.step_ms:g} ms step, counted from {args.skip:g} s; % of one core")
+              f"{args.step_ms:g} ms step from step {args.start_step}, counted from {args.skip:g} s; "
+              "% of one core")
         totals = {name: [] for name, _ in pages}
         for i in range(args.rounds):
             for k in range(len(pages)):
