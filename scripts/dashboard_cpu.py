@@ -28,10 +28,13 @@ def job_rows(rows, step_ms, stop, start_step=0):
         due = int((time.monotonic() - t0) * 1000 / step_ms)
         while s < due:
             for r in (0, 1):
+                # Phases that vary from step to step, as a real job's do: the means of the last
+                # 50 steps (the phases chart) change every refresh.
+                j = ((s * 7919 + r * 104729) % 13) / 13
                 rows.append({"rank": r, "step": s, "loss": 2.0 / (1 + s / 300) + 0.01 * r,
                              "bytes_up": 2300 + s % 7, "bytes_down": 2400 + s % 5,
-                             "compute_ms": 6.1, "encode_ms": 1.2, "decode_ms": 0.9,
-                             "network_ms": 1.5, "wait_ms": 1.1, "server_ms": 0.8,
+                             "compute_ms": 6.1 + 2 * j, "encode_ms": 1.2, "decode_ms": 0.9,
+                             "network_ms": 1.5 + j, "wait_ms": 1.1 * (1 - j), "server_ms": 0.8,
                              "exposed_comm_ms": 2.5, "step_ms": step_ms + (s % 3) * 0.1})
             if s % 469 == 468:
                 rows += [{"rank": r, "epoch": s // 469, "step": s + 1, "train_acc": 0.7,

@@ -3,9 +3,12 @@
 // and the tests), before the page's own script, which calls:
 //   drawIncrementally(chart)     once, on a Chart.js 3 line chart;
 //   refreshLines(chart, markers) when its datasets' data changed (markers: how many the page draws);
-//   grow(scaleOptions, dataMax, live) before that, for an axis that grows with the run.
+//   grow(scaleOptions, dataMax, live) before that, for an axis that grows with the run;
+//   drawIncrementally(chart, barsState) once, on a stacked bar chart (the phases), then
+//   refreshBars(chart) when its values changed, after growBars(scaleOptions, dataMax, live).
 // The page sets chart.gpLabels (rectangles it draws over the plot, which new segments must not
-// cross). Test hooks: chart.gpAppends (refreshes appended), chart.gpStale.
+// cross). Test hooks: chart.gpAppends (refreshes appended), chart.gpBarRedraws (refreshes
+// that drew only the bars), chart.gpStale.
 'use strict';
 
 // A refresh mostly appends a second's steps to lines whose axes stay put. Then the chart keeps
@@ -103,14 +106,84 @@ function refreshLines(chart, markers) {
 }
 
 // Wraps chart.draw: a draw Chart.js starts by itself while appended points are not laid out
-// yet (chart.gpStale) lays them out first, which draws the chart whole.
-function drawIncrementally(chart) {
+// yet (chart.gpStale) lays them out first, which draws the chart whole. state: what a later
+// refresh compares with what was drawn (drawnState for lines, barsState for bars).
+function drawIncrementally(chart, state = drawnState) {
   const whole = chart.draw.bind(chart);
   chart.draw = function () {
     if (chart.gpStale) { chart.gpStale = false; chart.update('none'); return; }
     whole();
-    chart.gpLast = drawnState(chart);
+    chart.gpLast = state(chart);
   };
+}
+
+// The phases chart's values change every refresh (means of the last steps), its layout does
+// not: the same workers, datasets and value axis (growBars keeps it put). Then its bars are
+// placed from its own value scale as Chart.js places stacked bars, and the chart draws itself
+// clipped to the whole pixels of its plot area: every pixel there is what a whole draw paints
+// (grid, axis lines, bars, in Chart.js's order) and none outside is touched. What it saves
+// is Chart.js laying out the chart (options, scales, ticks, legend) every second.
+function barsState(chart) {
+  const y = chart.scales.y;
+  return {labels: (chart.data.labels || []).join('\n'), min: y.min, max: y.max,
+          suggested: chart.options.scales.y.suggestedMax, shown: chart.data.datasets.map((d, i) => chart.isDatasetVisible(i)).join()};
+}
+function redrawBars(chart) {
+  const last = chart.gpLast, y = chart.scales.y, n = (chart.data.labels || []).length;
+  if (!last || !n || last.min !== 0 || !(chart.options.scales.y.suggestedMax === last.suggested)) return false;
+  const now = barsState(chart);
+  if (now.labels !== last.labels || now.shown !== last.shown) return false;
+  if (chart.tooltip && chart.tooltip.getActiveElements().length) return false;
+  const sets = chart.data.datasets.map((d, k) => ({d, k})).filter(({k}) => chart.isDatasetVisible(k));
+  const sums = new Array(n).fill(0);
+  for (const {d, k} of sets) {
+    const els = chart.getDatasetMeta(k).data;
+    if (els.length !== n || d.data.length !== n) return false;
+    for (let i = 0; i < n; i++) {
+      const v = d.data[i];
+      if (!(v >= 0) || !(sums[i] + v <= last.max)) return false;   // within the axis, stacked up
+      sums[i] += v;
+    }
+  }
+  // Chart.js 3's bar controller (_calculateBarValuePixels): a bar from the stack below it to
+  // its top; one standing on the axis starts half the axis line above it.
+  const zero = y.getPixelForValue(0), half = y.getLineWidthForValue(0) / 2;
+  sums.fill(0);
+  for (const {d, k} of sets) {
+    const els = chart.getDatasetMeta(k).data;
+    for (let i = 0; i < n; i++) {
+      let base = y.getPixelForValue(sums[i]);
+      const head = y.getPixelForValue(sums[i] + d.data[i]);
+      let size = head - base;
+      if (base === zero) { const g = Math.sign(size) * half; base += g; size -= g; }
+      Object.assign(els[i], {base, y: head, height: Math.abs(size)});
+      sums[i] += d.data[i];
+    }
+  }
+  const a = chart.chartArea, r = chart.currentDevicePixelRatio || 1, ctx = chart.ctx;
+  const x0 = Math.ceil(a.left * r) / r, y0 = Math.ceil(a.top * r) / r;
+  const x1 = Math.floor(a.right * r) / r, y1 = Math.floor(a.bottom * r) / r;
+  ctx.save();
+  ctx.beginPath(); ctx.rect(x0, y0, x1 - x0, y1 - y0); ctx.clip();
+  chart.gpStale = false;
+  chart.draw();   // clears only what the clip lets through, then draws as a whole draw does
+  ctx.restore();
+  chart.gpStale = true;   // the parsed values (tooltips) are the last update's
+  chart.gpBarRedraws = (chart.gpBarRedraws || 0) + 1;
+  return true;
+}
+function refreshBars(chart) {
+  if (!redrawBars(chart)) { chart.gpStale = false; chart.update('none'); }
+}
+
+// The value axis of the stacked bars: room for a quarter more than the tallest stack (Chart.js
+// rounds it up to a tick), moved only when a stack outgrows it or falls below a third of it.
+// Offline: fitted to the data.
+function growBars(scale, dataMax, live) {
+  const was = scale.suggestedMax;
+  if (!live || !(dataMax > 0)) delete scale.suggestedMax;
+  else if (!(was >= dataMax) || dataMax < was / 3) scale.suggestedMax = niceCeil(dataMax * 1.25);
+  return scale.suggestedMax !== was;
 }
 
 // Axes that grow with the run (step, bytes, running total) get room to double while live: a
