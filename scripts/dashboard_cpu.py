@@ -10,6 +10,8 @@ alternated with the working tree's in each round, so that they compare within on
   scripts/dashboard_cpu.py                       # the working tree's page, 3 rounds of 25 s
   scripts/dashboard_cpu.py --rev b00e40a --rounds 3
   scripts/dashboard_cpu.py --start-step 12000  # late in a long run (lines thinned past 5000)
+  scripts/dashboard_cpu.py --parts               # also Chromium on a blank page, and the page
+                                                 # polling but drawing nothing after its first render
 
 Run as root, Chromium runs as `nobody` (as root it raises its own threads' priority). Needs
 chromium and libjs-chart.js (scripts/setup.sh). Run on a quiet machine."""
@@ -63,8 +65,21 @@ def cpu_by_type(profile):
     return out
 
 
-def measure(source_dir, args):
+# --parts: the page drawing nothing after its first render, still polling and taking the rows in.
+POLL_ONLY = """<script>
+'use strict';
+(() => { const whole = render; render = (errors) => { if (!st.renders) whole(errors); }; })();
+</script>
+</body>"""
+
+
+def measure(source_dir, args, kind="page"):
+    """kind: "page"; "poll" (POLL_ONLY); "blank" (Chromium on about:blank, the fake serving on)."""
     page, chartjs = fake.served_page(source_dir)
+    if kind == "poll":
+        if page.count("</body>") != 1:
+            sys.exit("dashboard_cpu.py: --parts: the page has no single </body> to add a script before")
+        page = page.replace("</body>", POLL_ONLY)
     rows, stop = [], threading.Event()
     handler = fake.make_handler(page, chartjs, {"polls": 0, "workers_fail": False}, rows=rows,
                                 page_rows=20000, dropped=0, token=None)
@@ -75,7 +90,7 @@ def measure(source_dir, args):
     profile = tempfile.mkdtemp(prefix="gp_dash_cpu.")
     cmd = [args.chromium, "--headless", "--no-sandbox", "--disable-gpu",
            "--user-data-dir=" + profile, "--window-size=1400,1900",
-           f"http://127.0.0.1:{server.server_port}/?refresh=1"]
+           "about:blank" if kind == "blank" else f"http://127.0.0.1:{server.server_port}/?refresh=1"]
     env = dict(os.environ)
     if os.geteuid() == 0:
         nobody = pwd.getpwnam("nobody")
@@ -118,6 +133,8 @@ def main():
     ap.add_argument("--start-step", type=int, default=0,
                     help="the fake job has run this many steps when the page opens")
     ap.add_argument("--rev", action="append", default=[], help="also measure this revision's page")
+    ap.add_argument("--parts", action="store_true",
+                    help="also measure Chromium on a blank page and the tree's page polling only")
     args = ap.parse_args()
     args.chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not args.chromium:
@@ -127,15 +144,17 @@ def main():
     tmp = tempfile.mkdtemp(prefix="gp_dash_pages.")
     os.chmod(tmp, 0o755)
     try:
-        pages = [("tree", ROOT)] + [(rev, page_of(rev, tmp)) for rev in args.rev]
+        pages = [("tree", ROOT, "page")] + [(rev, page_of(rev, tmp), "page") for rev in args.rev]
+        if args.parts:
+            pages += [("tree-poll", ROOT, "poll"), ("blank", ROOT, "blank")]
         print(f"dashboard_cpu: {args.rounds} rounds, each page {args.seconds:g} s at a "
               f"{args.step_ms:g} ms step from step {args.start_step}, counted from {args.skip:g} s; "
               "% of one core")
-        totals = {name: [] for name, _ in pages}
+        totals = {name: [] for name, _, _ in pages}
         for i in range(args.rounds):
             for k in range(len(pages)):
-                name, src = pages[(k + i) % len(pages)]
-                cpu, n = measure(src, args)
+                name, src, kind = pages[(k + i) % len(pages)]
+                cpu, n = measure(src, args, kind)
                 totals[name].append(sum(cpu.values()))
                 parts = "  ".join(f"{t} {v:.2f}" for t, v in sorted(cpu.items()) if v >= 0.005)
                 print(f"round {i + 1} {name:>10}: total {sum(cpu.values()):5.2f}  ({parts}; "
