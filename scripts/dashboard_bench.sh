@@ -52,7 +52,7 @@ while [[ $# -gt 0 ]]; do
     --refresh) refresh=$2; shift 2 ;;
     --skip) skip=$2; shift 2 ;;
     --config) config=$2; shift 2 ;;
-    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "dashboard_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
