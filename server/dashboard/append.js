@@ -126,7 +126,8 @@ function drawIncrementally(chart, state = drawnState) {
 function barsState(chart) {
   const y = chart.scales.y;
   return {labels: (chart.data.labels || []).join('\n'), min: y.min, max: y.max,
-          suggested: chart.options.scales.y.suggestedMax, shown: chart.data.datasets.map((d, i) => chart.isDatasetVisible(i)).join()};
+          suggested: chart.options.scales.y.suggestedMax,
+          shown: chart.data.datasets.map((d, i) => chart.isDatasetVisible(i)).join()};
 }
 function redrawBars(chart) {
   const last = chart.gpLast, y = chart.scales.y, n = (chart.data.labels || []).length;
