@@ -130,35 +130,27 @@ function barsState(chart) {
           shown: chart.data.datasets.map((d, i) => chart.isDatasetVisible(i)).join()};
 }
 function redrawBars(chart) {
-  const last = chart.gpLast, y = chart.scales.y, n = (chart.data.labels || []).length;
-  if (!last || !n || last.min !== 0 || !(chart.options.scales.y.suggestedMax === last.suggested)) return false;
-  const now = barsState(chart);
-  if (now.labels !== last.labels || now.shown !== last.shown) return false;
+  const last = chart.gpLast, now = barsState(chart), y = chart.scales.y, n = (chart.data.labels || []).length;
+  if (!last || !n || last.min !== 0 || now.labels !== last.labels || now.shown !== last.shown ||
+      now.suggested !== last.suggested) return false;
   if (chart.tooltip && chart.tooltip.getActiveElements().length) return false;
-  const sets = chart.data.datasets.map((d, k) => ({d, k})).filter(({k}) => chart.isDatasetVisible(k));
-  const sums = new Array(n).fill(0);
-  for (const {d, k} of sets) {
-    const els = chart.getDatasetMeta(k).data;
-    if (els.length !== n || d.data.length !== n) return false;
-    for (let i = 0; i < n; i++) {
-      const v = d.data[i];
-      if (!(v >= 0) || !(sums[i] + v <= last.max)) return false;   // within the axis, stacked up
-      sums[i] += v;
-    }
-  }
   // Chart.js 3's bar controller (_calculateBarValuePixels): a bar from the stack below it to
-  // its top; one standing on the axis starts half the axis line above it.
-  const zero = y.getPixelForValue(0), half = y.getLineWidthForValue(0) / 2;
-  sums.fill(0);
-  for (const {d, k} of sets) {
-    const els = chart.getDatasetMeta(k).data;
+  // its top; one standing on the axis starts half the axis line above it. A value that does
+  // not fit leaves the rest to a whole update, which places every bar again.
+  const zero = y.getPixelForValue(0), half = y.getLineWidthForValue(0) / 2, sums = new Array(n).fill(0);
+  for (let k = 0; k < chart.data.datasets.length; k++) {
+    if (!chart.isDatasetVisible(k)) continue;
+    const data = chart.data.datasets[k].data, els = chart.getDatasetMeta(k).data;
+    if (els.length !== n || data.length !== n) return false;
     for (let i = 0; i < n; i++) {
+      const v = data[i];
+      if (!(v >= 0) || !(sums[i] + v <= last.max)) return false;   // within the axis, stacked up
       let base = y.getPixelForValue(sums[i]);
-      const head = y.getPixelForValue(sums[i] + d.data[i]);
+      const head = y.getPixelForValue(sums[i] + v);
       let size = head - base;
       if (base === zero) { const g = Math.sign(size) * half; base += g; size -= g; }
       Object.assign(els[i], {base, y: head, height: Math.abs(size)});
-      sums[i] += d.data[i];
+      sums[i] += v;
     }
   }
   const a = chart.chartArea, r = chart.currentDevicePixelRatio || 1, ctx = chart.ctx;

@@ -55,7 +55,8 @@ def fixture():
             rows.append({"rank": r, "step": s, "loss": 1.0 + 0.4 * math.sin(0.7 * s) + 0.05 * r,
                          "bytes_up": 1500 + int(100 * math.sin(s)), "bytes_down": 1550,
                          "compute_ms": 8 + 0.5 * math.sin(0.9 * s + r), "encode_ms": 0.3,
-                         "decode_ms": 0.03, "network_ms": 1.7 + 0.2 * math.cos(s), "wait_ms": 0.7, "step_ms": 11 + 2 * math.sin(1.3 * s + r)})
+                         "decode_ms": 0.03, "network_ms": 1.7 + 0.2 * math.cos(s), "wait_ms": 0.7,
+                         "step_ms": 11 + 2 * math.sin(1.3 * s + r)})
     return rows
 
 
