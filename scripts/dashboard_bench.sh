@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # What the live dashboard costs the training job (issue 16): the main job (LeNet on
 # Fashion-MNIST, method 5, one server and two workers, scripts/run.sh --dashboard) run in
-# alternated rounds of three: nobody watching; "api": a client polling what the page polls
-# (api/rows?since=N&workers=1, every second), as a browser on another machine costs the
-# job; "browser": the page open in headless Chromium on this machine, refreshing every second,
+# alternated rounds of three: nobody watching; "api": a client reading what the page reads
+# (api/stream?since=N&workers=1, a line every second), as a browser on another machine costs
+# the job; "browser": the page open in headless Chromium on this machine, refreshing every second,
 # whose own rendering then shares the job's two cores. All three serve the page; only the
 # viewer differs. Prints each run's mean step time in steady state (metrics.jsonl step_ms of
 # both workers, steps from --skip on, so the viewer's start-up is not counted) and the
@@ -19,8 +19,8 @@
 #     opens in a second tab, which then closes (what the page costs a user whose browser is
 #     open anyway);
 #   browser: Chromium starts with the page and exits (the page and a browser started for it);
-#   api: a client polling what the page polls, every second, as a browser on another machine
-#     costs the job.
+#   api: a client reading what the page reads (api/stream, a line every second), as a browser
+#     on another machine costs the job.
 # A window's steps are those the server counted from --settle seconds after it began (the
 # viewer's start-up, or its exit, not counted) to its end; each window watched is compared
 # with the mean of the windows on either side of it, so that the job's drift and a run's own
@@ -126,16 +126,18 @@ open_tab() {
 }
 close_tab() { curl -sf -o /dev/null "http://127.0.0.1:$devtools/json/close/$1" || true; }
 
-# open_api PORT: a client polling what the page polls, every --refresh s; sets viewer. Its
-# processes are those whose command line holds "python3 - PORT".
+# open_api PORT: a client reading what the page reads, api/stream (a line every --refresh s,
+# each parsed); sets viewer. Its processes are those whose command line holds "python3 - PORT".
 open_api() {
   python3 - "$1" "$refresh" <<'PY' &
 import json, sys, time, urllib.request
 base, since = f"http://127.0.0.1:{sys.argv[1]}/api/", 0
 while True:
     try:
-        since = json.load(urllib.request.urlopen(f"{base}rows?since={since}&workers=1",
-                                                 timeout=5))["next"]
+        with urllib.request.urlopen(f"{base}stream?since={since}&workers=1&every={sys.argv[2]}",
+                                    timeout=30) as answer:
+            for line in answer:
+                since = json.loads(line)["next"]
     except Exception:
         pass
     time.sleep(float(sys.argv[2]))
@@ -223,7 +225,7 @@ if (( alternate > 0 )); then
   case $viewer_kind in
     tab) what="a browser open throughout on a blank tab, the page opened in a second tab and closed" ;;
     browser) what="no browser, and the page in a browser started for it" ;;
-    api) what="no viewer, and a client polling the page's api every second" ;;
+    api) what="no viewer, and a client reading the page's api stream (a line a second)" ;;
   esac
   echo "dashboard_bench: $config, $epochs epoch(s) a run, $rounds rounds; in each run $what," \
     "alternated every $alternate s; steps from $settle s into a window on"

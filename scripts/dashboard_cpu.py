@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What an open dashboard page costs the machine it runs on, without a job: the page in Debian's
 headless Chromium (1400x1900, refreshing every second) against a fake of the server's HTTP side
-(tests/deploy/dashboard_live_fake.py's handler) whose rows grow at the main job's rate (2
+(tests/deploy/dashboard_live_fake.py's handler, api/stream included) whose rows grow at the main job's rate (2
 workers, a step each every --step-ms, an evaluation row every 469 steps). Prints the CPU each of
 Chromium's process types took, in % of one core, from --skip seconds after the page opened to
 --seconds; pages given with --rev (a git revision's server/dashboard/) are measured too,
@@ -11,7 +11,7 @@ alternated with the working tree's in each round, so that they compare within on
   scripts/dashboard_cpu.py --rev b00e40a --rounds 3
   scripts/dashboard_cpu.py --start-step 12000  # late in a long run (lines thinned past 5000)
   scripts/dashboard_cpu.py --parts               # also Chromium on a blank page, and the page
-                                                 # polling but drawing nothing after its first render
+                                                 # taking rows in, drawing nothing after its first
 
 Run as root, Chromium runs as `nobody` (as root it raises its own threads' priority). Needs
 chromium and libjs-chart.js (scripts/setup.sh). Run on a quiet machine."""
@@ -65,7 +65,7 @@ def cpu_by_type(profile):
     return out
 
 
-# --parts: the page drawing nothing after its first render, still polling and taking the rows in.
+# --parts: the page drawing nothing after its first render, still reading and taking the rows in.
 POLL_ONLY = """<script>
 'use strict';
 (() => { const whole = render; render = (errors) => { if (!st.renders) whole(errors); }; })();
@@ -82,7 +82,7 @@ def measure(source_dir, args, kind="page"):
         page = page.replace("</body>", POLL_ONLY)
     rows, stop = [], threading.Event()
     handler = fake.make_handler(page, chartjs, {"polls": 0, "workers_fail": False}, rows=rows,
-                                page_rows=20000, dropped=0, token=None)
+                                page_rows=20000, dropped=0, token=None, stream=True)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     threading.Thread(target=job_rows, args=(rows, args.step_ms, stop, args.start_step),
@@ -134,7 +134,7 @@ def main():
                     help="the fake job has run this many steps when the page opens")
     ap.add_argument("--rev", action="append", default=[], help="also measure this revision's page")
     ap.add_argument("--parts", action="store_true",
-                    help="also measure Chromium on a blank page and the tree's page polling only")
+                    help="also measure Chromium on a blank page and the tree's page taking rows only")
     args = ap.parse_args()
     args.chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not args.chromium:
@@ -146,7 +146,7 @@ def main():
     try:
         pages = [("tree", ROOT, "page")] + [(rev, page_of(rev, tmp), "page") for rev in args.rev]
         if args.parts:
-            pages += [("tree-poll", ROOT, "poll"), ("blank", ROOT, "blank")]
+            pages += [("tree-take", ROOT, "poll"), ("blank", ROOT, "blank")]
         print(f"dashboard_cpu: {args.rounds} rounds, each page {args.seconds:g} s at a "
               f"{args.step_ms:g} ms step from step {args.start_step}, counted from {args.skip:g} s; "
               "% of one core")

@@ -14,12 +14,14 @@ namespace {
 constexpr int kMaxRowsPerPush = 64;
 constexpr int64_t kDefaultLimit = 5000, kMaxLimit = 20000;
 
-HttpResponse Json(std::string body) {
+HttpResponse Answer(const char* content_type, std::string body) {
   HttpResponse r;
-  r.content_type = "application/json";
+  r.content_type = content_type;
   r.body = std::move(body);
   return r;
 }
+
+HttpResponse Json(std::string body) { return Answer("application/json", std::move(body)); }
 
 HttpResponse Error(int status, const std::string& why) {
   HttpResponse r;
@@ -124,6 +126,11 @@ void Dashboard::Add(const google::protobuf::RepeatedPtrField<proto::WorkerRow>& 
 }
 
 std::string Dashboard::RowsJson(int64_t since, int64_t limit, bool with_workers) const {
+  return RowsAnswer(since, limit, with_workers, ",\n", nullptr, nullptr);
+}
+
+std::string Dashboard::RowsAnswer(int64_t since, int64_t limit, bool with_workers,
+                                  const char* sep, int64_t* next, int64_t* end_out) const {
   const std::string workers = with_workers ? ", \"workers\": " + WorkersObject() : "";
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t end = first_ + static_cast<int64_t>(rows_.size());
@@ -132,9 +139,11 @@ std::string Dashboard::RowsJson(int64_t since, int64_t limit, bool with_workers)
                     ", \"dropped\": " + std::to_string(std::max<int64_t>(0, first_ - since)) +
                     ", \"end\": " + std::to_string(end) + ", \"rows\": [";
   for (int64_t i = from; i < to; ++i) {
-    if (i > from) out += ",\n";
+    if (i > from) out += sep;
     out += rows_[static_cast<size_t>(i - first_)];
   }
+  if (next) *next = to;
+  if (end_out) *end_out = end;
   return out + "]" + workers + "}\n";
 }
 
@@ -180,21 +189,22 @@ bool Dashboard::Authorized(const HttpRequest& r) const {
 
 HttpResponse Dashboard::Handle(const HttpRequest& r) const {
   if (r.path == "/metrics")
-    return {200, "text/plain; version=0.0.4",
-            store_->Stats().Prometheus() +
-                "# HELP gradpress_dashboard_requests_total Dashboard page and api answers.\n"
-                "# TYPE gradpress_dashboard_requests_total counter\n"
-                "gradpress_dashboard_requests_total " +
-                std::to_string(served_.load()) + "\n"};
+    return Answer("text/plain; version=0.0.4",
+                  store_->Stats().Prometheus() +
+                      "# HELP gradpress_dashboard_requests_total Dashboard page and api answers"
+                      " (a stream's: each line).\n"
+                      "# TYPE gradpress_dashboard_requests_total counter\n"
+                      "gradpress_dashboard_requests_total " +
+                      std::to_string(served_.load()) + "\n");
   if (r.path == "/chart.js")
-    return {200, "application/javascript", std::string(assets::kChartJs, assets::kChartJsSize)};
+    return Answer("application/javascript", std::string(assets::kChartJs, assets::kChartJsSize));
   const bool api = r.path.rfind("/api/", 0) == 0;
   if (!api && r.path != "/" && r.path != "/index.html") return Error(404, "no page " + r.path);
   if (!Authorized(r))
     return Error(401, "this dashboard needs the job's token: open /?token=<security.token_file>");
   if (r.path == "/" || r.path == "/index.html") {
     ++served_;
-    return {200, "text/html; charset=utf-8", page_};
+    return Answer("text/html; charset=utf-8", page_);
   }
   if (r.path == "/api/workers") {
     ++served_;
@@ -214,7 +224,35 @@ HttpResponse Dashboard::Handle(const HttpRequest& r) const {
     ++served_;
     return Json(RowsJson(s, n, with_workers));
   }
-  return Error(404, "no api " + r.path + " (api/rows, api/workers)");
+  if (r.path == "/api/stream") {
+    const auto since = r.query.find("since"), every = r.query.find("every"),
+               workers = r.query.find("workers");
+    const int64_t s = since == r.query.end() ? 0 : Count(since->second);
+    if (s < 0) return Error(400, "since must be a row number (0, 1, ...)");
+    double every_s = 1;
+    if (every != r.query.end()) {
+      char* stop = nullptr;
+      every_s = std::strtod(every->second.c_str(), &stop);
+      if (every->second.empty() || *stop != '\0' || !(every_s >= 0.2 && every_s <= 3600))
+        return Error(400, "every must be 0.2 to 3600 (seconds)");
+    }
+    const bool with_workers = workers != r.query.end() && workers->second == "1";
+    if (workers != r.query.end() && !with_workers && workers->second != "0")
+      return Error(400, "workers must be 0 or 1");
+    ++served_;
+    HttpResponse resp;
+    resp.content_type = "application/x-ndjson";
+    resp.headers["X-Accel-Buffering"] = "no";  // a proxy in front passes each line on at once
+    const int every_ms = static_cast<int>(every_s * 1000 + 0.5);
+    resp.stream = [this, cursor = s, with_workers, every_ms](std::string* chunk) mutable {
+      int64_t end = 0;
+      *chunk = RowsAnswer(cursor, kDefaultLimit, with_workers, ",", &cursor, &end);
+      ++served_;
+      return cursor < end ? 0 : every_ms;  // behind (a page opened late): the rest at once
+    };
+    return resp;
+  }
+  return Error(404, "no api " + r.path + " (api/rows, api/stream, api/workers)");
 }
 
 }  // namespace gradpress::server

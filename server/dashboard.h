@@ -3,12 +3,17 @@
 // server.metrics_host). Workers piggy-back their metrics.jsonl rows on the pushes they make
 // anyway (PushHeader.rows; Add keeps them, up to max_rows); the page
 // (server/dashboard/index.html, Chart.js from Debian's libjs-chart.js, both embedded at build
-// time) polls their JSON every second.
+// time) reads their JSON every second.
 //
 //   GET /                  the page            (token, if set)
 //   GET /chart.js          Chart.js            (public library code: no token)
 //   GET /api/rows?since=N  {"next", "dropped", "rows": [...]}: rows N.. (metrics.jsonl names);
 //       &workers=1         and "workers": /api/workers' answer, so a page polls once a refresh
+//   GET /api/stream?since=N&every=S[&workers=1]  the same answers as one line each, rows
+//                          joined by "," (NDJSON), on one open connection: one at once, then
+//                          one every S seconds (default 1; 0.2 to 3600), back to back while
+//                          next < end. What the page reads once it has caught up: a browser
+//                          takes a line on an open connection for far less than a request.
 //   GET /api/workers       job, shard, step, bytes, and each worker's state
 //   GET /metrics           Prometheus text     (no token, as before the dashboard), with
 //                          gradpress_dashboard_requests_total (page and api answers)
@@ -60,6 +65,9 @@ class Dashboard {
 
  private:
   bool Authorized(const HttpRequest& r) const;
+  // RowsJson with rows joined by `sep`; next and end (either may be null) get the answer's.
+  std::string RowsAnswer(int64_t since, int64_t limit, bool with_workers, const char* sep,
+                         int64_t* next, int64_t* end) const;
   std::string WorkersObject() const;  // WorkersJson without its newline
   DashboardOptions opt_;
   const ParameterStore* store_;

@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstring>
 
 #include "common/error.h"
@@ -15,6 +17,8 @@ namespace gradpress::server {
 namespace {
 
 constexpr size_t kMaxHead = 16384, kMaxTarget = 2048;
+constexpr double kHeadSeconds = 2;
+using Clock = std::chrono::steady_clock;
 
 const char* Reason(int status) {
   switch (status) {
@@ -36,6 +40,8 @@ const char* Reason(int status) {
       return "Request Header Fields Too Large";
     case 500:
       return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
     default:
       return "Unknown";
   }
@@ -116,7 +122,7 @@ int ParseHttpRequest(const std::string& head, HttpRequest* out) {
 std::string FormatHttpResponse(const HttpResponse& r, bool head_only) {
   std::string s = "HTTP/1.0 " + std::to_string(r.status) + " " + Reason(r.status) +
                   "\r\nContent-Type: " + r.content_type +
-                  "\r\nContent-Length: " + std::to_string(r.body.size()) +
+                  (r.stream ? "" : "\r\nContent-Length: " + std::to_string(r.body.size())) +
                   "\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n";
   for (const auto& [k, v] : r.headers) s += k + ": " + v + "\r\n";
   s += "\r\n";
@@ -149,26 +155,93 @@ int HttpEndpoint::Start(const std::string& host, int port) {
 }
 
 void HttpEndpoint::Serve() {
+  std::vector<pollfd> fds;
   while (!stop_) {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, 200) <= 0) continue;
+    // The listening socket; each stream's for its client closing (or sending), and for room
+    // to send while it owes part of a chunk. Waits until the next chunk is due, 200 ms at most.
+    const auto now = Clock::now();
+    int wait_ms = 200;
+    fds.assign(1, pollfd{fd_, POLLIN, 0});
+    for (const Stream& s : streams_) {
+      fds.push_back({s.fd, static_cast<short>(POLLIN | (s.pending.empty() ? 0 : POLLOUT)), 0});
+      if (s.pending.empty()) {
+        const auto ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(s.due - now).count() + 1;
+        wait_ms = static_cast<int>(std::clamp<int64_t>(ms, 0, wait_ms));
+      }
+    }
+    if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR) break;
+    const auto then = Clock::now();
+    size_t kept = 0;
+    for (size_t i = 0; i < streams_.size(); ++i) {
+      Stream& s = streams_[i];
+      bool open = !(fds[i + 1].revents & (POLLERR | POLLHUP | POLLNVAL));
+      if (open && (fds[i + 1].revents & POLLIN)) {  // a client sends nothing more: 0 is its close
+        char buf[4096];
+        const ssize_t n = ::recv(s.fd, buf, sizeof(buf), MSG_DONTWAIT);
+        open = n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+      }
+      if (open && Pump(&s, then)) {
+        if (kept != i) streams_[kept] = std::move(s);
+        ++kept;
+      } else {
+        ::close(s.fd);
+      }
+    }
+    streams_.resize(kept);
+    open_streams_ = streams_.size();
+    if (!(fds[0].revents & POLLIN)) continue;
     const int c = ::accept(fd_, nullptr, nullptr);
     if (c < 0) continue;
-    ServeOne(c);
-    ::close(c);
+    if (!ServeOne(c)) ::close(c);
   }
+  for (const Stream& s : streams_) ::close(s.fd);
+  streams_.clear();
+  open_streams_ = 0;
 }
 
-void HttpEndpoint::ServeOne(int c) {
+bool HttpEndpoint::Pump(Stream* s, Clock::time_point now) {
+  if (s->pending.empty()) {
+    if (s->last) return false;
+    if (now < s->due) return true;
+    int after = -1;
+    try {
+      after = s->next(&s->pending);
+    } catch (const std::exception&) {
+      return false;  // the answer cannot go on; its client sees the body end
+    }
+    s->last = after < 0;
+    s->due = now + std::chrono::milliseconds(std::max(after, 0));
+    s->progress = now;
+    if (s->pending.empty()) return !s->last;
+  }
+  const ssize_t n = ::send(s->fd, s->pending.data(), s->pending.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n > 0) {
+    s->pending.erase(0, static_cast<size_t>(n));
+    s->progress = now;
+    // The next chunk is due `after` from when this one was taken whole.
+    if (s->pending.empty()) s->due = std::max(s->due, now);
+  } else if (!(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) {
+    return false;
+  }
+  if (!s->pending.empty() && now - s->progress > std::chrono::duration<double>(kStallSeconds))
+    return false;  // a client that takes nothing
+  return !(s->pending.empty() && s->last);
+}
+
+bool HttpEndpoint::ServeOne(int c) {
   timeval tv{1, 0};
   ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   ::setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   // Read the whole request head: closing with unread bytes makes the kernel send a reset,
   // which can cut the response off at the client.
+  // A client has kHeadSeconds in all to send it: one that sends a byte now and then would
+  // otherwise hold the endpoint (and the streams it serves) for as long as it likes.
   std::string req;
   char buf[4096];
   bool complete = false;
-  while (req.size() <= kMaxHead) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(kHeadSeconds);
+  while (req.size() <= kMaxHead && Clock::now() < deadline) {
     const ssize_t n = ::recv(c, buf, sizeof(buf), 0);
     if (n <= 0) break;
     req.append(buf, static_cast<size_t>(n));
@@ -182,7 +255,7 @@ void HttpEndpoint::ServeOne(int c) {
   int status = 0;
   if (!complete) {
     status = req.size() > kMaxHead ? 431 : req.empty() ? 0 : 408;
-    if (status == 0) return;  // connected and sent nothing
+    if (status == 0) return false;  // connected and sent nothing
   } else if (req.find("\r\n\r\n") > kMaxHead) {
     status = 431;
   } else {
@@ -197,11 +270,26 @@ void HttpEndpoint::ServeOne(int c) {
       resp = Plain(500, e.what());
     }
   }
-  const std::string out = FormatHttpResponse(resp, request.method == "HEAD");
+  const bool head_only = request.method == "HEAD";
+  if (resp.stream && !head_only && streams_.size() >= kMaxStreams) {
+    resp = Plain(503, "too many open streams (" + std::to_string(kMaxStreams) +
+                          "): close a dashboard page or try again later");
+  }
+  if (head_only) resp.stream = nullptr;
+  const std::string out = FormatHttpResponse(resp, head_only);
   for (size_t sent = 0; sent < out.size();) {
     const ssize_t n = ::send(c, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) return;  // gone, or not reading for 1 s
+    if (n <= 0) return false;  // gone, or not reading for 1 s
     sent += static_cast<size_t>(n);
+  }
+  if (resp.stream) {  // its chunks from the serving loop, the first at once
+    Stream s;
+    s.fd = c;
+    s.next = std::move(resp.stream);
+    s.due = s.progress = Clock::now();
+    streams_.push_back(std::move(s));
+    open_streams_ = streams_.size();
+    return true;
   }
   ::shutdown(c, SHUT_WR);  // then drain what the client still sends, so close sends no reset
   for (size_t drained = 0; drained < (1 << 16);) {
@@ -209,6 +297,7 @@ void HttpEndpoint::ServeOne(int c) {
     if (n <= 0) break;
     drained += static_cast<size_t>(n);
   }
+  return false;
 }
 
 void HttpEndpoint::Stop() {

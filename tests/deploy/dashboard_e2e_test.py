@@ -156,6 +156,27 @@ while True:
     if page["next"] == since:
         break
     since = page["next"]
+# What the page reads once caught up: api/stream, the same answers a line each on one
+# connection, back to back while behind, then one every `every` seconds.
+req = urllib.request.Request(f"http://127.0.0.1:{http_port}/api/stream?since=0&workers=1&every=0.2")
+req.add_header("Authorization", "Bearer " + token)
+try:
+    with urllib.request.urlopen(req, timeout=10) as r:
+        ctype = r.headers.get("Content-Type")
+        lines, at = [], []
+        while not lines or lines[-1]["next"] < lines[-1]["end"] or len(lines) < 3:
+            lines.append(json.loads(r.readline()))
+            at.append(time.monotonic())
+    streamed = [row for line in lines for row in line["rows"]]
+    gap = at[-1] - at[-2]  # two lines after the rows: `every` apart
+    if ctype != "application/x-ndjson" or streamed != rows or lines[-1]["next"] != len(rows) or \
+            any(not isinstance(line.get("workers"), dict) for line in lines) or not 0.15 < gap < 2:
+        fail(f"api/stream: {ctype}, {len(lines)} lines holding {len(streamed)} rows (api/rows: "
+             f"{len(rows)}), the last two {gap:.2f} s apart: expected the same rows, each line "
+             "with workers, then lines 0.2 s apart")
+except (OSError, ValueError, KeyError) as e:
+    fail(f"api/stream: {e}")
+
 step_fields = ("rank", "step", "loss", "bytes_up", "bytes_down", "compute_ms", "encode_ms",
                "decode_ms", "network_ms", "wait_ms", "server_ms", "exposed_comm_ms", "step_ms")
 epoch_fields = ("rank", "epoch", "step", "train_acc", "test_acc")

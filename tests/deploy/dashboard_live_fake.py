@@ -15,7 +15,7 @@ charts' data-points and the worker table match the fixture, with one request a r
 api/workers); when api/rows leaves the workers out and api/workers answers 503 the
 status line names it and the rows are still all shown; without the token the 401 is shown.
 Exit 0 on success, 1 naming the failed check (chromium or Chart.js missing included)."""
-import http.server, json, os, re, shutil, subprocess, sys, tempfile, threading, urllib.parse
+import http.server, json, os, re, shutil, subprocess, sys, tempfile, threading, time, urllib.parse
 
 CHARTJS = os.environ.get("GP_CHARTJS", "/usr/share/javascript/chart.js/chart.min.js")
 TOKEN, PAGE, DROPPED = "secret", 9, 2
@@ -57,12 +57,27 @@ WORKERS = {"job": "live-job", "shard": 0, "shards": 1, "server_step": 123, "byte
 
 
 def make_handler(page, chartjs, state, rows=None, page_rows=PAGE, dropped=DROPPED, token=TOKEN,
-                 send_end=True):
+                 send_end=True, stream=False):
     """The fake server's handler; rows (default: the fixture) are served page_rows at a time, the
     first `dropped` as no longer held; token None: no Authorization needed. send_end: answers
     say where the rows end, as the server's do (a page behind asks again at once); without it
-    every answer looks caught up, as a live job's rows arriving page_rows a poll would."""
+    every answer looks caught up, as a live job's rows arriving page_rows a poll would.
+    stream: api/stream as the server serves it (else 404, a server without it), its lines
+    counted in state["stream_lines"] (and the streams in state["streams"]); state["on_line"](n),
+    if set, runs before line n."""
     rows = ROWS if rows is None else rows
+
+    def answer(since, query):
+        since = max(since, dropped)
+        part = rows[since:since + page_rows]
+        out = {"next": since + len(part), "rows": part, "dropped": dropped}
+        if send_end:
+            out["end"] = len(rows)
+        # workers=1: api/workers' answer too, as the server gives it; a failing one is left
+        # out, as a server without it would, and asked apart (503).
+        if "workers=1" in query and not state["workers_fail"]:
+            out["workers"] = WORKERS
+        return out
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, *args):
@@ -76,26 +91,51 @@ def make_handler(page, chartjs, state, rows=None, page_rows=PAGE, dropped=DROPPE
             self.end_headers()
             self.wfile.write(body)
 
+        def stream(self, since, every, query):
+            """Lines until the client goes: one at once, then one every `every` s (at once
+            while behind), as the server's api/stream; state["lines_per_stream"]: then it
+            ends the answer."""
+            state["streams"] = state.get("streams", 0) + 1
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-ndjson")
+            self.end_headers()
+            try:
+                for _ in range(state.get("lines_per_stream", 1 << 30)):
+                    n = state.get("stream_lines", 0)
+                    if state.get("on_line"):
+                        state["on_line"](n)
+                    a = answer(since, query)
+                    self.wfile.write((json.dumps(a) + "\n").encode())
+                    self.wfile.flush()
+                    state["stream_lines"] = n + 1
+                    since = a["next"]
+                    if not (send_end and a["next"] < a["end"]):
+                        time.sleep(every)
+            except OSError:
+                return
+
         def do_GET(self):
             url = urllib.parse.urlsplit(self.path)
             if url.path in ("/", "/index.html"):
                 return self.send(200, page, "text/html; charset=utf-8")
             if url.path == "/chart.js":
                 return self.send(200, chartjs, "text/javascript")
+            if url.path == "/hold":  # a test's image: the page's load waits for it
+                lines = int(urllib.parse.parse_qs(url.query).get("lines", ["0"])[0])
+                deadline = time.monotonic() + 20
+                while state.get("stream_lines", 0) < lines and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                return self.send(200, "{}")
             if token is not None and self.headers.get("Authorization") != "Bearer " + token:
                 return self.send(401, "missing or wrong bearer token", "text/plain")
+            query = urllib.parse.parse_qs(url.query)
             if url.path == "/api/rows":
                 state["polls"] += 1
-                since = max(int(urllib.parse.parse_qs(url.query).get("since", ["0"])[0]), dropped)
-                part = rows[since:since + page_rows]
-                answer = {"next": since + len(part), "rows": part, "dropped": dropped}
-                if send_end:
-                    answer["end"] = len(rows)
-                # workers=1: api/workers' answer too, as the server gives it; a failing one is
-                # left out, as a server without it would, and asked apart (503).
-                if "workers=1" in url.query and not state["workers_fail"]:
-                    answer["workers"] = WORKERS
-                return self.send(200, json.dumps(answer))
+                since = int(query.get("since", ["0"])[0])
+                return self.send(200, json.dumps(answer(since, url.query)))
+            if url.path == "/api/stream" and stream:
+                return self.stream(int(query.get("since", ["0"])[0]),
+                                   float(query.get("every", ["1"])[0]), url.query)
             if url.path == "/api/workers":
                 state["workers_asked"] = state.get("workers_asked", 0) + 1
                 if state["workers_fail"]:
@@ -123,14 +163,16 @@ def served_page(source_dir):
 
 
 def chromium_dom(url, budget_ms=5000):
-    """The DOM of url in headless Chromium after budget_ms of virtual time."""
+    """The DOM of url in headless Chromium after budget_ms of virtual time (None: in real time,
+    once the page has loaded)."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not chromium:
         fail("chromium not found (apt-get install chromium)")
     with tempfile.TemporaryDirectory() as profile:
         out = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
-                              "--user-data-dir=" + profile, f"--virtual-time-budget={budget_ms}",
-                              "--dump-dom", url], capture_output=True, text=True, timeout=90)
+                              "--user-data-dir=" + profile, "--dump-dom", url] +
+                             ([f"--virtual-time-budget={budget_ms}"] if budget_ms else []),
+                             capture_output=True, text=True, timeout=90)
     if out.returncode != 0 or not out.stdout:
         fail(f"chromium failed ({out.returncode}): {out.stderr[-2000:]}")
     return out.stdout
@@ -193,6 +235,7 @@ def main():
     expect(dom, "gp-status", "data-first-rows", len(held),
            "the first render waits for every row held (answers' next below their end)")
     expect(dom, "gp-status", "data-mode", "live", "no #gp-rows in the served page")
+    expect(dom, "gp-status", "data-transport", "poll", "a server without api/stream (404)")
     expect(dom, "gp-status", "data-rows", len(held), "rows the server still holds")
     expect(dom, "gp-status", "data-steps", len(steps), "distinct (rank, step) step rows")
     expect(dom, "gp-status", "data-markers", 3, "density 0.5, qsgd levels=16, w1 rejoin")
@@ -231,7 +274,37 @@ def main():
         fail("status line does not show the 401 without a token")
     if int(attr(dom, "gp-status", "data-renders") or 0) < 3:
         fail("the page stopped polling after a 401")
-    print(f"dashboard_live_fake: OK ({len(held)} rows, {state['polls']} polls)")
+
+    # 4: a server with api/stream: the page catches up by polls, then reads the stream, which
+    # brings the rows added after the first render; the fake ends each stream after 5 lines,
+    # and the page polls once and opens another. In real time (Chromium's virtual time holds
+    # back the stream's request): the page also shows an image from /hold, answered once 8
+    # lines were sent, and Chromium dumps the DOM once the page has loaded.
+    later = 8
+    rows = list(ROWS[:-later])
+    state4 = {"polls": 0, "workers_fail": False, "lines_per_stream": 5}
+    state4["on_line"] = lambda n: rows.extend(ROWS[-later:]) if n == 2 else None
+    held_page = page.replace("</body>", "<img src='hold?lines=8' alt=''></body>", 1)
+    server4 = http.server.ThreadingHTTPServer(("127.0.0.1", 0), make_handler(
+        held_page, chartjs, state4, rows=rows, stream=True))
+    threading.Thread(target=server4.serve_forever, daemon=True).start()
+    dom = chromium_dom(f"http://127.0.0.1:{server4.server_port}/?token={TOKEN}&refresh=0.2", None)
+    server4.shutdown()
+    if state4.get("stream_lines", 0) < 8:
+        fail(f"api/stream sent {state4.get('stream_lines', 0)} lines, expected 8 or more")
+    expect(dom, "gp-status", "data-transport", "stream", "a server with api/stream")
+    expect(dom, "gp-status", "data-first-rows", len(held) - later, "drawn first once caught up")
+    expect(dom, "gp-status", "data-rows", len(held), "the rows added later, from the stream")
+    expect(dom, "gp-status", "data-steps", len(steps), "distinct (rank, step) step rows")
+    expect(dom, "chart-loss-step", "data-points", len(steps), "a point per step row")
+    catch_up = -(-(len(held) - later) // PAGE)  # pages of rows, the last opening the stream
+    if state4["streams"] < 2 or state4["polls"] != catch_up + state4["streams"] - 1:
+        fail(f"{state4['polls']} polls of api/rows and {state4['streams']} streams: expected "
+             f"{catch_up} polls to catch up, then one after each stream ended (at 5 lines)")
+    if 'class="error"' in dom:
+        fail("status line shows an error with a streaming server")
+    print(f"dashboard_live_fake: OK ({len(held)} rows, {state['polls']} polls; streamed: "
+          f"{state4['polls']} polls, {state4['streams']} streams, {state4['stream_lines']} lines)")
 
 
 if __name__ == "__main__":

@@ -6,11 +6,15 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <future>
 #include <string>
+#include <vector>
 
 #include "server/parameter_store.h"
 #include "tests/catch_torch.h"
@@ -64,6 +68,53 @@ std::string Ask(int port, const std::string& request) {
     while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
   }
   ::close(fd);
+  return out;
+}
+
+// A client socket connected to 127.0.0.1:port that has sent `request` (-1 if it could not).
+int Open(int port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+          static_cast<ssize_t>(request.size())) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Reads from fd into *got until it holds `lines` newline-ended lines after the head (the blank
+// line), or `timeout` passes; false then (or when the server closed first).
+bool ReadLines(int fd, std::string* got, size_t lines, double timeout = 20) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
+  for (;;) {
+    const size_t body = got->find("\r\n\r\n");
+    if (body != std::string::npos &&
+        static_cast<size_t>(std::count(got->begin() + static_cast<long>(body) + 4, got->end(),
+                                       '\n')) >= lines)
+      return true;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    char buf[65536];
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return false;
+    got->append(buf, static_cast<size_t>(n));
+  }
+}
+
+// The body lines of a streamed answer.
+std::vector<std::string> BodyLines(const std::string& got) {
+  std::vector<std::string> out;
+  size_t at = got.find("\r\n\r\n") + 4;
+  for (size_t nl; (nl = got.find('\n', at)) != std::string::npos; at = nl + 1)
+    out.push_back(got.substr(at, nl - at));
   return out;
 }
 
@@ -161,7 +212,8 @@ TEST_CASE("dashboard: with a token, the page and api need it; /metrics and chart
   CHECK(d.Handle(Get("/api/rows?workers=yes&token=s3cret")).status == 400);
 }
 
-TEST_CASE("http: a silent client or an oversized head does not stall the endpoint", "[dashboard]") {
+TEST_CASE("http: a silent, dripping or oversized client does not stall the endpoint",
+          "[dashboard]") {
   server::ParameterStore store(server::StoreOptions{});
   Dashboard d({"job", "", 0, 1}, &store);
   server::HttpEndpoint http([&](const HttpRequest& r) { return d.Handle(r); });
@@ -172,11 +224,107 @@ TEST_CASE("http: a silent client or an oversized head does not stall the endpoin
   CHECK(answer.rfind("HTTP/1.0 200 OK", 0) == 0);
   CHECK(answer.find("Content-Type: application/json") != std::string::npos);
   silent.get();
+  // A client that sends its head a byte at a time, for as long as it likes, gets 408 after 2 s
+  // in all, and the next client is answered.
+  Event dripping;
+  auto drip = std::async(std::launch::async, [&] {
+    const int fd = Open(port, "GET / HTTP/1.0\r\nX: ");
+    dripping.Set();
+    std::string got;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (fd >= 0 && std::chrono::steady_clock::now() < until &&
+           ::send(fd, "a", 1, MSG_NOSIGNAL) == 1) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 300) > 0) break;  // answered
+    }
+    if (fd >= 0) ReadLines(fd, &got, 0, 10);
+    if (fd >= 0) ::close(fd);
+    return got;
+  });
+  REQUIRE(dripping.Wait());
+  const auto asked = std::chrono::steady_clock::now();
+  CHECK(Ask(port, "GET /api/workers HTTP/1.0\r\n\r\n").rfind("HTTP/1.0 200 OK", 0) == 0);
+  CHECK(std::chrono::steady_clock::now() - asked < std::chrono::seconds(10));
+  CHECK(drip.get().rfind("HTTP/1.0 408", 0) == 0);
   CHECK(Ask(port, "GET / HTTP/1.0\r\nX: " + std::string(20000, 'a') + "\r\n\r\n")
             .rfind("HTTP/1.0 431", 0) == 0);
   CHECK(Ask(port, "DELETE / HTTP/1.0\r\n\r\n").rfind("HTTP/1.0 405", 0) == 0);
   CHECK(Ask(port, "HEAD / HTTP/1.0\r\n\r\n").find("<html") == std::string::npos);  // no body
   http.Stop();
+}
+
+TEST_CASE("http: api/stream sends an answer a period on one open connection, between requests",
+          "[dashboard]") {
+  server::ParameterStore store(server::StoreOptions{});
+  Dashboard d({"job", "", 0, 1}, &store);
+  d.Add(Rows({StepRow(0, 0, 2.5), StepRow(1, 0, 2.25)}));
+  server::HttpEndpoint http([&](const HttpRequest& r) { return d.Handle(r); });
+  const int port = http.Start("127.0.0.1", 0);
+
+  const int fd = Open(port, "GET /api/stream?since=0&every=0.2&workers=1 HTTP/1.0\r\n\r\n");
+  REQUIRE(fd >= 0);
+  std::string got;
+  REQUIRE(ReadLines(fd, &got, 1));
+  CHECK(got.rfind("HTTP/1.0 200 OK", 0) == 0);
+  CHECK(got.find("Content-Type: application/x-ndjson") != std::string::npos);
+  CHECK(got.find("Content-Length") == std::string::npos);  // the body runs until the close
+  const std::string first = BodyLines(got)[0];
+  CHECK(first.rfind("{\"next\": 2, \"dropped\": 0, \"end\": 2, \"rows\": [{", 0) == 0);
+  CHECK(first.find("},{\"rank\": 1") != std::string::npos);  // rows joined on one line
+  CHECK(first.find("\"workers\": {\"job\": \"job\"") != std::string::npos);
+  CHECK(http.open_streams() == 1);
+
+  // Other requests are answered while it is open, and rows added later come on it.
+  CHECK(Ask(port, "GET /api/rows HTTP/1.0\r\n\r\n").rfind("HTTP/1.0 200 OK", 0) == 0);
+  d.Add(Rows({StepRow(0, 1, 2.0)}));
+  std::string with_new;
+  REQUIRE(WaitFor([&] {
+    if (!ReadLines(fd, &got, BodyLines(got).size() + 1)) return false;
+    with_new = BodyLines(got).back();
+    return with_new.find("\"next\": 3,") != std::string::npos;
+  }));
+  CHECK(with_new.find("\"rows\": [{\"rank\": 0, \"step\": 1, \"loss\": 2,") !=
+        std::string::npos);
+  // Its client closes: the endpoint lets it go.
+  ::close(fd);
+  CHECK(WaitFor([&] { return http.open_streams() == 0; }));
+
+  // A page opened late: more rows than an answer holds come back to back, not a period apart.
+  for (int push = 0; push < 100; ++push) {
+    std::vector<proto::WorkerRow> rows;
+    for (int i = 0; i < 60; ++i) rows.push_back(StepRow(0, 2 + push * 60 + i, 1.0));
+    d.Add(Rows(rows));
+  }
+  const int late = Open(port, "GET /api/stream?since=0&every=3600 HTTP/1.0\r\n\r\n");
+  REQUIRE(late >= 0);
+  std::string caught;
+  REQUIRE(ReadLines(late, &caught, 2));
+  const auto lines = BodyLines(caught);
+  CHECK(lines[0].rfind("{\"next\": 5000, \"dropped\": 0, \"end\": 6003,", 0) == 0);
+  CHECK(lines[1].rfind("{\"next\": 6003, \"dropped\": 0, \"end\": 6003,", 0) == 0);
+  CHECK(lines[1].find("\"workers\"") == std::string::npos);
+  ::close(late);
+
+  // At most kMaxStreams at once; then 503, and the open ones go on.
+  std::vector<int> open;
+  for (size_t i = 0; i < server::HttpEndpoint::kMaxStreams; ++i) {
+    open.push_back(Open(port, "GET /api/stream?since=6003 HTTP/1.0\r\n\r\n"));
+    std::string head;
+    REQUIRE(ReadLines(open.back(), &head, 1));
+  }
+  CHECK(WaitFor([&] { return http.open_streams() == server::HttpEndpoint::kMaxStreams; }));
+  CHECK(Ask(port, "GET /api/stream HTTP/1.0\r\n\r\n").rfind("HTTP/1.0 503", 0) == 0);
+  CHECK(Ask(port, "HEAD /api/stream HTTP/1.0\r\n\r\n").rfind("HTTP/1.0 200", 0) == 0);
+  for (int f : open) ::close(f);
+  http.Stop();
+  CHECK(http.open_streams() == 0);
+
+  CHECK(d.Handle(Get("/api/stream?every=0.1")).status == 400);
+  CHECK(d.Handle(Get("/api/stream?every=1s")).status == 400);
+  CHECK(d.Handle(Get("/api/stream?since=x")).status == 400);
+  CHECK(d.Handle(Get("/api/stream?workers=2")).status == 400);
+  CHECK(d.Handle(Get("/api/stream?every=2.5")).stream != nullptr);
+  CHECK(d.Handle(Get("/api/rows")).stream == nullptr);
 }
 
 }  // namespace
