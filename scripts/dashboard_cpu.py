@@ -10,8 +10,10 @@ alternated with the working tree's in each round, so that they compare within on
   scripts/dashboard_cpu.py                       # the working tree's page, 3 rounds of 25 s
   scripts/dashboard_cpu.py --rev b00e40a --rounds 3
   scripts/dashboard_cpu.py --start-step 12000  # late in a long run (lines thinned past 5000)
-  scripts/dashboard_cpu.py --parts               # also Chromium on a blank page, and the page
+  scripts/dashboard_cpu.py --parts               # also Chromium on a blank page, the page
                                                  # taking rows in, drawing nothing after its first
+                                                 # render, and a bare page with and without a
+                                                 # request a second
 
 Run as root, Chromium runs as `nobody` (as root it raises its own threads' priority). Needs
 chromium and libjs-chart.js (scripts/setup.sh). Run on a quiet machine."""
@@ -73,9 +75,23 @@ POLL_ONLY = """<script>
 </body>"""
 
 
+# --parts: what a request a second costs Chromium by itself: a page of one line of text that
+# fetches an empty rows answer every second ("fetch"), and the same page without ("bare").
+FETCH_PAGE = """<!doctype html><html><body><p>-</p><script>
+(async function ask() {
+  await (await fetch('api/rows?since=1000000000&workers=1', {cache: 'no-store'})).json();
+  setTimeout(ask, 1000);
+})();
+</script></body></html>"""
+BARE_PAGE = "<!doctype html><html><body><p>-</p></body></html>"
+
+
 def measure(source_dir, args, kind="page"):
-    """kind: "page"; "poll" (POLL_ONLY); "blank" (Chromium on about:blank, the fake serving on)."""
+    """kind: "page"; "poll" (POLL_ONLY); "fetch" / "bare" (FETCH_PAGE, BARE_PAGE); "blank"
+    (Chromium on about:blank, the fake serving on)."""
     page, chartjs = fake.served_page(source_dir)
+    if kind in ("fetch", "bare"):
+        page = FETCH_PAGE if kind == "fetch" else BARE_PAGE
     if kind == "poll":
         if page.count("</body>") != 1:
             sys.exit("dashboard_cpu.py: --parts: the page has no single </body> to add a script before")
@@ -134,7 +150,8 @@ def main():
                     help="the fake job has run this many steps when the page opens")
     ap.add_argument("--rev", action="append", default=[], help="also measure this revision's page")
     ap.add_argument("--parts", action="store_true",
-                    help="also measure Chromium on a blank page and the tree's page taking rows only")
+                    help="also measure Chromium on a blank page, the tree's page taking rows only, "
+                    "and a bare page with and without a request a second")
     args = ap.parse_args()
     args.chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not args.chromium:
@@ -146,7 +163,8 @@ def main():
     try:
         pages = [("tree", ROOT, "page")] + [(rev, page_of(rev, tmp), "page") for rev in args.rev]
         if args.parts:
-            pages += [("tree-take", ROOT, "poll"), ("blank", ROOT, "blank")]
+            pages += [("tree-take", ROOT, "poll"), ("fetch", ROOT, "fetch"), ("bare", ROOT, "bare"),
+                      ("blank", ROOT, "blank")]
         print(f"dashboard_cpu: {args.rounds} rounds, each page {args.seconds:g} s at a "
               f"{args.step_ms:g} ms step from step {args.start_step}, counted from {args.skip:g} s; "
               "% of one core")

@@ -129,8 +129,8 @@ std::string Dashboard::RowsJson(int64_t since, int64_t limit, bool with_workers)
   return RowsAnswer(since, limit, with_workers, ",\n", nullptr, nullptr);
 }
 
-std::string Dashboard::RowsAnswer(int64_t since, int64_t limit, bool with_workers,
-                                  const char* sep, int64_t* next, int64_t* end_out) const {
+std::string Dashboard::RowsAnswer(int64_t since, int64_t limit, bool with_workers, const char* sep,
+                                  int64_t* next, int64_t* end_out) const {
   const std::string workers = with_workers ? ", \"workers\": " + WorkersObject() : "";
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t end = first_ + static_cast<int64_t>(rows_.size());

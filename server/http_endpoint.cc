@@ -215,7 +215,8 @@ bool HttpEndpoint::Pump(Stream* s, Clock::time_point now) {
     s->progress = now;
     if (s->pending.empty()) return !s->last;
   }
-  const ssize_t n = ::send(s->fd, s->pending.data(), s->pending.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  const ssize_t n =
+      ::send(s->fd, s->pending.data(), s->pending.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n > 0) {
     s->pending.erase(0, static_cast<size_t>(n));
     s->progress = now;

@@ -94,8 +94,8 @@ bool ReadLines(int fd, std::string* got, size_t lines, double timeout = 20) {
   for (;;) {
     const size_t body = got->find("\r\n\r\n");
     if (body != std::string::npos &&
-        static_cast<size_t>(std::count(got->begin() + static_cast<long>(body) + 4, got->end(),
-                                       '\n')) >= lines)
+        static_cast<size_t>(
+            std::count(got->begin() + static_cast<long>(body) + 4, got->end(), '\n')) >= lines)
       return true;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
@@ -283,8 +283,7 @@ TEST_CASE("http: api/stream sends an answer a period on one open connection, bet
     with_new = BodyLines(got).back();
     return with_new.find("\"next\": 3,") != std::string::npos;
   }));
-  CHECK(with_new.find("\"rows\": [{\"rank\": 0, \"step\": 1, \"loss\": 2,") !=
-        std::string::npos);
+  CHECK(with_new.find("\"rows\": [{\"rank\": 0, \"step\": 1, \"loss\": 2,") != std::string::npos);
   // Its client closes: the endpoint lets it go.
   ::close(fd);
   CHECK(WaitFor([&] { return http.open_streams() == 0; }));
