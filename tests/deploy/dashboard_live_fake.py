@@ -64,7 +64,7 @@ def make_handler(page, chartjs, state, rows=None, page_rows=PAGE, dropped=DROPPE
     every answer looks caught up, as a live job's rows arriving page_rows a poll would.
     stream: api/stream as the server serves it (else 404, a server without it), its lines
     counted in state["stream_lines"] (and the streams in state["streams"]); state["on_line"](n),
-    if set, runs before line n."""
+    if set, runs before line n; state["stream_status"], if set, refuses each stream with it."""
     rows = ROWS if rows is None else rows
 
     def answer(since, query):
@@ -133,6 +133,9 @@ def make_handler(page, chartjs, state, rows=None, page_rows=PAGE, dropped=DROPPE
                 state["polls"] += 1
                 since = int(query.get("since", ["0"])[0])
                 return self.send(200, json.dumps(answer(since, url.query)))
+            if url.path == "/api/stream" and stream and state.get("stream_status"):
+                state["streams"] = state.get("streams", 0) + 1  # refused: all streams taken
+                return self.send(state["stream_status"], "too many open streams", "text/plain")
             if url.path == "/api/stream" and stream:
                 return self.stream(int(query.get("since", ["0"])[0]),
                                    float(query.get("every", ["1"])[0]), url.query)
@@ -303,6 +306,22 @@ def main():
              f"{catch_up} polls to catch up, then one after each stream ended (at 5 lines)")
     if 'class="error"' in dom:
         fail("status line shows an error with a streaming server")
+
+    # 5: a server whose streams are all taken (503): the page polls, shows no error, and asks
+    # for a stream again only after a minute (virtual time here: 5 s).
+    state5 = {"polls": 0, "workers_fail": False, "stream_status": 503}
+    server5 = http.server.ThreadingHTTPServer(("127.0.0.1", 0), make_handler(
+        page, chartjs, state5, stream=True))
+    threading.Thread(target=server5.serve_forever, daemon=True).start()
+    dom = chromium_dom(f"http://127.0.0.1:{server5.server_port}/?token={TOKEN}&refresh=0.2")
+    server5.shutdown()
+    expect(dom, "gp-status", "data-transport", "poll", "every stream refused with 503")
+    expect(dom, "gp-status", "data-rows", len(held), "the rows, polled")
+    if state5.get("streams") != 1 or int(attr(dom, "gp-status", "data-renders") or 0) < 3:
+        fail(f"{state5.get('streams')} streams asked, {attr(dom, 'gp-status', 'data-renders')} "
+             "renders: expected one refused stream, then polls every 0.2 s")
+    if 'class="error"' in dom:
+        fail("status line shows an error when the streams are all taken (the page polls)")
     print(f"dashboard_live_fake: OK ({len(held)} rows, {state['polls']} polls; streamed: "
           f"{state4['polls']} polls, {state4['streams']} streams, {state4['stream_lines']} lines)")
 
