@@ -52,6 +52,17 @@ int64_t Count(const std::string& s) {
   return std::strtoll(s.c_str(), nullptr, 10);
 }
 
+// The query api/rows and api/stream share: since (default 0) and workers (0 or 1, default 0).
+// Returns what was wrong, or "".
+std::string RowsQuery(const HttpRequest& r, int64_t* since, bool* with_workers) {
+  const auto s = r.query.find("since"), w = r.query.find("workers");
+  *since = s == r.query.end() ? 0 : Count(s->second);
+  if (*since < 0) return "since must be a row number (0, 1, ...)";
+  *with_workers = w != r.query.end() && w->second == "1";
+  if (w != r.query.end() && !*with_workers && w->second != "0") return "workers must be 0 or 1";
+  return "";
+}
+
 std::string Replace(std::string s, const std::string& marker, const std::string& with) {
   const size_t at = s.find(marker);
   if (at != std::string::npos) s.replace(at, marker.size(), with);
@@ -192,7 +203,7 @@ HttpResponse Dashboard::Handle(const HttpRequest& r) const {
     return Answer("text/plain; version=0.0.4",
                   store_->Stats().Prometheus() +
                       "# HELP gradpress_dashboard_requests_total Dashboard page and api answers"
-                      " (a stream's: each line).\n"
+                      " (a stream: its opening and each line).\n"
                       "# TYPE gradpress_dashboard_requests_total counter\n"
                       "gradpress_dashboard_requests_total " +
                       std::to_string(served_.load()) + "\n");
@@ -210,25 +221,22 @@ HttpResponse Dashboard::Handle(const HttpRequest& r) const {
     ++served_;
     return Json(WorkersJson());
   }
+  int64_t s = 0;
+  bool with_workers = false;
   if (r.path == "/api/rows") {
-    const auto since = r.query.find("since"), limit = r.query.find("limit"),
-               workers = r.query.find("workers");
-    const int64_t s = since == r.query.end() ? 0 : Count(since->second);
+    const auto limit = r.query.find("limit");
     const int64_t n = limit == r.query.end() ? kDefaultLimit : Count(limit->second);
-    if (s < 0) return Error(400, "since must be a row number (0, 1, ...)");
+    if (const std::string bad = RowsQuery(r, &s, &with_workers); !bad.empty())
+      return Error(400, bad);
     if (n < 1 || n > kMaxLimit)
       return Error(400, "limit must be 1 to " + std::to_string(kMaxLimit));
-    const bool with_workers = workers != r.query.end() && workers->second == "1";
-    if (workers != r.query.end() && !with_workers && workers->second != "0")
-      return Error(400, "workers must be 0 or 1");
     ++served_;
     return Json(RowsJson(s, n, with_workers));
   }
   if (r.path == "/api/stream") {
-    const auto since = r.query.find("since"), every = r.query.find("every"),
-               workers = r.query.find("workers");
-    const int64_t s = since == r.query.end() ? 0 : Count(since->second);
-    if (s < 0) return Error(400, "since must be a row number (0, 1, ...)");
+    if (const std::string bad = RowsQuery(r, &s, &with_workers); !bad.empty())
+      return Error(400, bad);
+    const auto every = r.query.find("every");
     double every_s = 1;
     if (every != r.query.end()) {
       char* stop = nullptr;
@@ -236,9 +244,6 @@ HttpResponse Dashboard::Handle(const HttpRequest& r) const {
       if (every->second.empty() || *stop != '\0' || !(every_s >= 0.2 && every_s <= 3600))
         return Error(400, "every must be 0.2 to 3600 (seconds)");
     }
-    const bool with_workers = workers != r.query.end() && workers->second == "1";
-    if (workers != r.query.end() && !with_workers && workers->second != "0")
-      return Error(400, "workers must be 0 or 1");
     ++served_;
     HttpResponse resp;
     resp.content_type = "application/x-ndjson";

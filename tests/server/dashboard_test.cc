@@ -51,26 +51,6 @@ google::protobuf::RepeatedPtrField<proto::WorkerRow> Rows(std::vector<proto::Wor
   return out;
 }
 
-// Sends `request` to 127.0.0.1:port and returns the whole answer ("" if none in 10 s).
-std::string Ask(int port, const std::string& request) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  std::string out;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
-    ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return out;
-}
-
 // A client socket connected to 127.0.0.1:port that has sent `request` (-1 if it could not).
 int Open(int port, const std::string& request) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -85,6 +65,20 @@ int Open(int port, const std::string& request) {
     return -1;
   }
   return fd;
+}
+
+// Sends `request` to 127.0.0.1:port and returns the whole answer ("" if none in 10 s).
+std::string Ask(int port, const std::string& request) {
+  const int fd = Open(port, request);
+  if (fd < 0) return "";
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
 }
 
 // Reads from fd into *got until it holds `lines` newline-ended lines after the head (the blank
