@@ -3,7 +3,8 @@
 // and the tests), before the page's own script, which calls:
 //   drawIncrementally(chart)     once, on a Chart.js 3 line chart;
 //   refreshLines(chart, markers) when its datasets' data changed (markers: how many the page draws);
-//   grow(scaleOptions, dataMax, live) before that, for an axis that grows with the run;
+//   grow(scaleOptions, dataMax, live) before that, for an axis that grows with the run, and
+//   settleAccuracy(scaleOptions, dataMin, live) for a test accuracy axis;
 //   drawIncrementally(chart, barsState) once, on a stacked bar chart (the phases), then
 //   refreshBars(chart) when its values changed, after growBars(scaleOptions, dataMax, live).
 // The page sets chart.gpLabels (rectangles it draws over the plot, which new segments must not
@@ -39,7 +40,9 @@ function samePrefix(old, now) {
 // that is not all that changed.
 function drawAppended(chart) {
   const last = chart.gpLast, now = drawnState(chart);
-  if (!last || now.markers !== last.markers || now.points > 0 || now.sets.length !== last.sets.length) return false;
+  if (!last || now.markers !== last.markers || now.sets.length !== last.sets.length) return false;
+  const dot = chart.options.elements.point;
+  if (now.points > 0 && (dot.pointStyle !== 'circle' || dot.rotation)) return false;
   if (chart.tooltip && chart.tooltip.getActiveElements().length) return false;
   const {ctx, chartArea: a, scales: {x}} = chart, work = [];
   const at = (p, y) => ({x: x.getPixelForValue(p.x), y: y.getPixelForValue(p.y)});
@@ -55,22 +58,38 @@ function drawAppended(chart) {
     let from = Math.max(0, was.n - 1);
     const col = (i) => at(is.data[i], y).x | 0, lastCol = col(from);
     while (from > 0 && col(from - 1) === lastCol) from--;
-    work.push({d, pts: is.data.slice(Math.max(0, from - 1)).map((p) => at(p, y))});
+    // Points drawn as dots: Chart.js draws a dataset's dots over its line, so the last drawn
+    // dot, which the new segment crosses, is drawn again with the new ones.
+    const dots = now.points > 0 ? is.data.slice(Math.max(0, was.n - 1)).map((p) => at(p, y)) : [];
+    work.push({d, pts: is.data.slice(Math.max(0, from - 1)).map((p) => at(p, y)), dots,
+               clip: chart.getDatasetMeta(i)._clip});
   }
   // A new segment under a marker's label would paint over the label.
   const under = (p) => (chart.gpLabels || []).some((r) => p.x >= r.x0 && p.x <= r.x1 && p.y >= r.y0 && p.y <= r.y1);
   if (work.some(({pts}) => pts.some(under))) return false;
   const line = chart.options.elements.line;
-  ctx.save();
-  ctx.beginPath(); ctx.rect(a.left, a.top, a.right - a.left, a.bottom - a.top); ctx.clip();
-  for (const {d, pts} of work.reverse()) {   // Chart.js draws the first dataset last, on top
+  for (const {d, pts, dots, clip} of work.reverse()) {   // Chart.js draws the first dataset last, on top
+    // Clipped as Chart.js clips a dataset: its area widened by what its line and dots overflow.
+    const c = !clip ? {left: 0, top: 0, right: 0, bottom: 0}
+      : clip.disabled ? {left: false, top: false, right: false, bottom: false} : clip;
+    const x0 = c.left === false ? 0 : a.left - c.left, x1 = c.right === false ? chart.width : a.right + c.right;
+    const y0 = c.top === false ? 0 : a.top - c.top, y1 = c.bottom === false ? chart.height : a.bottom + c.bottom;
+    ctx.save();
+    ctx.beginPath(); ctx.rect(x0, y0, x1 - x0, y1 - y0); ctx.clip();
     ctx.strokeStyle = d.borderColor; ctx.lineWidth = d.borderWidth || line.borderWidth;
     ctx.setLineDash(d.borderDash || []); ctx.lineCap = 'butt'; ctx.lineJoin = 'miter';
     ctx.beginPath(); ctx.moveTo(pts[0].x, pts[0].y);
     columnPath(ctx, pts.slice(1));
     ctx.stroke();
+    // Chart.js 3's drawPoint for a circle: filled, then outlined.
+    ctx.fillStyle = d.backgroundColor; ctx.lineWidth = dot.borderWidth;
+    for (const p of dots) {
+      ctx.beginPath(); ctx.arc(p.x, p.y, now.points, 0, 2 * Math.PI); ctx.closePath();
+      ctx.fill();
+      if (dot.borderWidth) ctx.stroke();
+    }
+    ctx.restore();
   }
-  ctx.restore();
   chart.gpLast = now;
   chart.gpStale = true;
   chart.gpAppends = (chart.gpAppends || 0) + 1;
@@ -187,6 +206,18 @@ function growBars(scale, dataMax, live) {
 function niceCeil(v) {
   const p = Math.pow(10, Math.floor(Math.log10(v)));
   return [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10].find((m) => m * p >= v) * p;
+}
+// Test accuracy's axis while live: up to 1, down to a tenth below the lowest value, moved only
+// when a value falls below it, so that an epoch's new point is appended rather than the chart
+// drawn whole. Offline: fitted to the data. True when the axis changed.
+function settleAccuracy(scale, dataMin, live) {
+  const was = [scale.min, scale.max].join();
+  if (!live || !(Number.isFinite(dataMin) && dataMin >= 0)) { delete scale.min; delete scale.max; }
+  else {
+    scale.max = 1;
+    if (!(scale.min <= dataMin)) scale.min = Math.max(0, Math.floor(dataMin * 10) / 10 - 0.1);
+  }
+  return [scale.min, scale.max].join() !== was;
 }
 function grow(scale, dataMax, live) {
   const was = scale.max;

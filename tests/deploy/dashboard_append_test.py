@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """The live dashboard draws what a refresh appended without redrawing the chart
-(server/dashboard/append.js, drawAppended), redraws only the bars of the phases chart
-(redrawBars), and those pictures are the charts' own.
+(server/dashboard/append.js, drawAppended; the accuracy charts' dots too), redraws only the bars
+of the phases chart (redrawBars), and those pictures are the charts' own.
 
 A fake server (dashboard_live_fake.make_handler) serves 2 workers x 400 steps whose values stay
-within the axes the first page sets, 40 rows a poll; the page runs in headless Chromium at
-refresh=0.2. Once every row is shown, a script added to the page checks each line chart:
+within the axes the first page sets, and a test accuracy for each every 40 steps (an epoch),
+rising within the accuracy axis the first one sets, 40 rows a poll; the page runs in headless
+Chromium at refresh=0.2. Once every row is shown, a script added to the page checks each line chart:
   - refreshes appended (chart.gpAppends; the phases chart: redrew only its bars,
     chart.gpBarRedraws) and the last one did too (the chart is stale);
   - what Chart.js draws by itself (chart.render(), as on hover or resize) lays out every point
     first, and its pixels equal the appended picture's, but for antialiasing at the joints
-    (at most 0.1% of the canvas differs by more than 96 in r + g + b; the bars: none).
+    (at most 0.1% of the canvas differs by more than 96 in r + g + b; the accuracy charts, whose
+    dots are drawn whole: 0.01%, which dots a pixel too large exceed; the bars: none).
 Exit 0 on success, 1 naming the failed check.
 
   dashboard_append_test.py SOURCE_DIR"""
@@ -20,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dashboard_live_fake as fake  # noqa: E402
 
 STEPS, PAGE = 400, 40
-CHARTS = ("steptime", "bytes", "lossStep", "lossBytes", "phases")
+CHARTS = ("steptime", "bytes", "lossStep", "lossBytes", "accStep", "accBytes", "phases")
 
 CHECK = """<script>
 'use strict';
@@ -57,6 +59,9 @@ def fixture():
                          "compute_ms": 8 + 0.5 * math.sin(0.9 * s + r), "encode_ms": 0.3,
                          "decode_ms": 0.03, "network_ms": 1.7 + 0.2 * math.cos(s), "wait_ms": 0.7,
                          "step_ms": 11 + 2 * math.sin(1.3 * s + r)})
+        if s % 40 == 39:   # an epoch's end: its row carries the next step, as a worker's does
+            rows += [{"rank": r, "epoch": s // 40, "step": s + 1, "train_acc": 0.7,
+                      "test_acc": 0.62 + 0.02 * (s // 40) + 0.01 * r} for r in (0, 1)]
     return rows
 
 
@@ -85,7 +90,8 @@ def main():
             fake.fail(f"{key}: the last refresh drew the whole chart, expected it {what}")
         if laid != "true":
             fake.fail(f"{key}: Chart.js drew without laying out the appended points")
-        if int(diff) > (0 if key == "phases" else 0.001 * int(pixels)):
+        limit = {"phases": 0, "accStep": 1e-4, "accBytes": 1e-4}.get(key, 1e-3) * int(pixels)
+        if int(diff) > limit:
             fake.fail(f"{key}: {diff} of {pixels} pixels differ from the chart drawn whole")
     print(f"dashboard_append_test: OK ({len(rows)} rows, {state['polls']} polls)")
 
