@@ -17,7 +17,7 @@ alternated with the working tree's in each round, so that they compare within on
 
 Run as root, Chromium runs as `nobody` (as root it raises its own threads' priority). Needs
 chromium and libjs-chart.js (scripts/setup.sh). Run on a quiet machine."""
-import argparse, http.server, os, pwd, shutil, subprocess, sys, tempfile, threading, time
+import argparse, contextlib, http.server, os, pwd, shutil, subprocess, sys, tempfile, threading, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests/deploy"))
@@ -86,9 +86,12 @@ FETCH_PAGE = """<!doctype html><html><body><p>-</p><script>
 BARE_PAGE = "<!doctype html><html><body><p>-</p></body></html>"
 
 
-def measure(source_dir, args, kind="page"):
-    """kind: "page"; "poll" (POLL_ONLY); "fetch" / "bare" (FETCH_PAGE, BARE_PAGE); "blank"
-    (Chromium on about:blank, the fake serving on)."""
+@contextlib.contextmanager
+def open_page(source_dir, args, kind="page", flags=lambda profile: ()):
+    """Chromium showing the page (kind: "page"; "poll" (POLL_ONLY); "fetch" / "bare" (FETCH_PAGE,
+    BARE_PAGE); "blank": about:blank, the fake serving on) against the fake job, with the
+    flags flags(profile directory) returns added; yields (the profile directory, the rows
+    served so far)."""
     page, chartjs = fake.served_page(source_dir)
     if kind in ("fetch", "bare"):
         page = FETCH_PAGE if kind == "fetch" else BARE_PAGE
@@ -105,7 +108,7 @@ def measure(source_dir, args, kind="page"):
                      daemon=True).start()
     profile = tempfile.mkdtemp(prefix="gp_dash_cpu.")
     cmd = [args.chromium, "--headless", "--no-sandbox", "--disable-gpu",
-           "--user-data-dir=" + profile, "--window-size=1400,1900",
+           "--user-data-dir=" + profile, "--window-size=1400,1900", *flags(profile),
            "about:blank" if kind == "blank" else f"http://127.0.0.1:{server.server_port}/?refresh=1"]
     env = dict(os.environ)
     if os.geteuid() == 0:
@@ -115,16 +118,22 @@ def measure(source_dir, args, kind="page"):
         env["HOME"] = profile
     browser = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
-        time.sleep(args.skip)
-        c0, t0 = cpu_by_type(profile), time.monotonic()
-        time.sleep(args.seconds - args.skip)
-        c1, t1 = cpu_by_type(profile), time.monotonic()
+        yield profile, rows
     finally:
         browser.kill()
         browser.wait()
         stop.set()
         server.shutdown()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def measure(source_dir, args, kind="page"):
+    """The CPU of each Chromium process type showing the page (open_page's kind), % of a core."""
+    with open_page(source_dir, args, kind) as (profile, rows):
+        time.sleep(args.skip)
+        c0, t0 = cpu_by_type(profile), time.monotonic()
+        time.sleep(args.seconds - args.skip)
+        c1, t1 = cpu_by_type(profile), time.monotonic()
     hz = os.sysconf("SC_CLK_TCK")
     return {k: 100.0 * (c1[k] - c0.get(k, 0)) / hz / (t1 - t0) for k in c1}, len(rows)
 

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Where an open dashboard page's time goes in the browser: the page in Debian's headless
+Chromium against scripts/dashboard_cpu.py's fake job (the main job's rate), traced with
+Chromium's own startup tracing (--trace-startup, JSON). Prints, from --skip seconds after the
+page opened to --seconds:
+  - the display compositor's draws (software compositing on a GPU-less machine): draws and ms
+    a second, and by damage rectangle (the region a draw composited again) draws and ms each;
+  - each process's threads: busy ms a second (their outermost trace events, so tracing's own
+    cost is in the figures; compare pages within one run, not with dashboard_cpu.py's CPU);
+  - V8's background compiles (Maglev / TurboFan tasks): ms a second.
+Pages given with --rev (a git revision's server/dashboard/) are traced too, after the tree's.
+
+  scripts/dashboard_trace.py                    # the working tree's page, 25 s
+  scripts/dashboard_trace.py --rev 08e4550      # and 08e4550's, in the same run
+  scripts/dashboard_trace.py --keep DIR         # also keep each trace (DIR/<name>.json)
+
+Run as root, Chromium runs as `nobody`. Needs chromium and libjs-chart.js (scripts/setup.sh)."""
+import argparse, collections, json, os, shutil, sys, tempfile, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dashboard_cpu  # noqa: E402
+
+CATEGORIES = "cc,viz,blink,gpu,v8,toplevel,benchmark"
+
+
+def trace(source_dir, args):
+    """Chromium's trace events of the page, as a list."""
+    flags = lambda profile: (f"--trace-startup={CATEGORIES}",  # noqa: E731
+                             f"--trace-startup-duration={args.seconds:g}",
+                             "--trace-startup-format=json",
+                             "--trace-startup-file=" + os.path.join(profile, "trace.json"))
+    with dashboard_cpu.open_page(source_dir, args, flags=flags) as (profile, _):
+        path, size = os.path.join(profile, "trace.json"), -1
+        deadline = time.monotonic() + args.seconds + 60
+        while time.monotonic() < deadline:  # written when tracing ends; done once it stops growing
+            time.sleep(2)
+            now = os.path.getsize(path) if os.path.exists(path) else -1
+            if now > 0 and now == size:
+                break
+            size = now
+        else:
+            sys.exit(f"dashboard_trace.py: Chromium wrote no trace to {path}")
+        with open(path) as f:
+            data = json.load(f)
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def summarize(events, skip):
+    names, procs = {}, {}
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") == "thread_name":
+            names[(e["pid"], e["tid"])] = e["args"]["name"]
+        elif e.get("ph") == "M" and e.get("name") == "process_name":
+            procs[e["pid"]] = e["args"]["name"]
+    spans = sorted((e for e in events if e.get("ph") == "X" and "dur" in e),
+                   key=lambda e: (e["pid"], e["tid"], e["ts"], -e["dur"]))
+    if not spans:
+        sys.exit("dashboard_trace.py: the trace holds no events")
+    t0 = min(e["ts"] for e in spans) + skip * 1e6
+    t1 = max(e["ts"] + e["dur"] for e in spans)
+    seconds = (t1 - t0) / 1e6
+    busy, end, compiles = collections.Counter(), {}, 0
+    draws = collections.defaultdict(list)  # damage rectangle -> each draw's µs
+    draw = None
+    for e in spans:
+        if e["ts"] < t0:
+            continue
+        where = (e["pid"], e["tid"])
+        if e["ts"] >= end.get(where, 0):  # outermost: not inside the thread's previous event
+            end[where] = e["ts"] + e["dur"]
+            busy[(procs.get(e["pid"], "?"), names.get(where, "?"))] += e["dur"]
+            func = e.get("args", {}).get("src_func", "")
+            if "maglev" in func.lower() or "OptimizingCompile" in func:
+                compiles += e["dur"]
+        if e["name"] == "Display::DrawAndSwap":
+            draw = e
+        elif (e["name"] == "DirectRenderer::DrawFrame ProcessForOverlays" and draw and
+              draw["pid"] == e["pid"] and draw["ts"] <= e["ts"] <= draw["ts"] + draw["dur"]):
+            draws[e.get("args", {}).get("root_damage_rect", "?")].append(draw["dur"])
+    n = sum(len(v) for v in draws.values())
+    out = [f"  compositor: {n / seconds:.2f} draws a second, "
+           f"{sum(map(sum, draws.values())) / 1e3 / seconds:.2f} ms a second; by damage rectangle:"]
+    for rect, us in sorted(draws.items(), key=lambda kv: -sum(kv[1]))[:4]:
+        out.append(f"    {rect}: {len(us)} draws, {sum(us) / 1e3 / len(us):.2f} ms each")
+    out.append(f"  V8 background compiles: {compiles / 1e3 / seconds:.2f} ms a second")
+    for (proc, thread), us in busy.most_common(12):
+        out.append(f"  {us / 1e3 / seconds:6.2f} ms a second  {proc} / {thread}")
+    return "\n".join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seconds", type=float, default=25, help="each page traced this long")
+    ap.add_argument("--skip", type=float, default=8, help="not counting its first seconds")
+    ap.add_argument("--step-ms", type=float, default=11.4, help="the fake job's step time")
+    ap.add_argument("--start-step", type=int, default=0)
+    ap.add_argument("--rev", action="append", default=[], help="also trace this revision's page")
+    ap.add_argument("--keep", help="a directory to keep each trace in")
+    args = ap.parse_args()
+    args.chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not args.chromium:
+        sys.exit("dashboard_trace.py: chromium not found (apt-get install chromium)")
+    if args.seconds <= args.skip:
+        sys.exit("dashboard_trace.py: --seconds must exceed --skip")
+    tmp = tempfile.mkdtemp(prefix="gp_dash_pages.")
+    os.chmod(tmp, 0o755)
+    try:
+        pages = [("tree", dashboard_cpu.ROOT)] + [(r, dashboard_cpu.page_of(r, tmp)) for r in args.rev]
+        for name, src in pages:
+            events = trace(src, args)
+            if args.keep:
+                os.makedirs(args.keep, exist_ok=True)
+                with open(os.path.join(args.keep, name + ".json"), "w") as f:
+                    json.dump(events, f)
+            print(f"{name}: {args.seconds - args.skip:g} s from {args.skip:g} s after the page opened")
+            print(summarize(events, args.skip), flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
