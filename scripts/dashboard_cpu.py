@@ -149,28 +149,45 @@ def page_of(rev, into):
     return os.path.join(into, rev)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=3)
+def page_args(ap, verb):
+    """Adds the arguments the page scripts share (their --rev help: "also <verb> ..."), parses
+    and checks them; args.chromium is the browser."""
     ap.add_argument("--seconds", type=float, default=25, help="each page open this long")
     ap.add_argument("--skip", type=float, default=10, help="not counting its first seconds")
     ap.add_argument("--step-ms", type=float, default=11.4, help="the fake job's step time")
     ap.add_argument("--start-step", type=int, default=0,
                     help="the fake job has run this many steps when the page opens")
-    ap.add_argument("--rev", action="append", default=[], help="also measure this revision's page")
-    ap.add_argument("--parts", action="store_true",
-                    help="also measure Chromium on a blank page, the tree's page taking rows only, "
-                    "and a bare page with and without a request a second")
+    ap.add_argument("--rev", action="append", default=[], help=f"also {verb} this revision's page")
     args = ap.parse_args()
+    me = os.path.basename(sys.argv[0])
     args.chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not args.chromium:
-        sys.exit("dashboard_cpu.py: chromium not found (apt-get install chromium)")
+        sys.exit(f"{me}: chromium not found (apt-get install chromium)")
     if args.seconds <= args.skip:
-        sys.exit("dashboard_cpu.py: --seconds must exceed --skip")
+        sys.exit(f"{me}: --seconds must exceed --skip")
+    return args
+
+
+@contextlib.contextmanager
+def revision_pages(revs):
+    """Yields [(rev, source dir)] of each revision's page (page_of), removed afterwards."""
     tmp = tempfile.mkdtemp(prefix="gp_dash_pages.")
     os.chmod(tmp, 0o755)
     try:
-        pages = [("tree", ROOT, "page")] + [(rev, page_of(rev, tmp), "page") for rev in args.rev]
+        yield [(rev, page_of(rev, tmp)) for rev in revs]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--parts", action="store_true",
+                    help="also measure Chromium on a blank page, the tree's page taking rows only, "
+                    "and a bare page with and without a request a second")
+    args = page_args(ap, "measure")
+    with revision_pages(args.rev) as revs:
+        pages = [("tree", ROOT, "page")] + [(rev, src, "page") for rev, src in revs]
         if args.parts:
             pages += [("tree-take", ROOT, "poll"), ("fetch", ROOT, "fetch"), ("bare", ROOT, "bare"),
                       ("blank", ROOT, "blank")]
@@ -189,8 +206,6 @@ def main():
         for name, v in totals.items():
             print(f"{name:>10}: mean {sum(v) / len(v):.2f}% of a core "
                   f"(min {min(v):.2f}, max {max(v):.2f}, {len(v)} rounds)")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -10,12 +10,12 @@ page opened to --seconds:
   - V8's background compiles (Maglev / TurboFan tasks): ms a second.
 Pages given with --rev (a git revision's server/dashboard/) are traced too, after the tree's.
 
-  scripts/dashboard_trace.py                    # the working tree's page, 25 s
+  scripts/dashboard_trace.py                    # the working tree's page, 25 s from 10 s
   scripts/dashboard_trace.py --rev 08e4550      # and 08e4550's, in the same run
   scripts/dashboard_trace.py --keep DIR         # also keep each trace (DIR/<name>.json)
 
 Run as root, Chromium runs as `nobody`. Needs chromium and libjs-chart.js (scripts/setup.sh)."""
-import argparse, collections, json, os, shutil, sys, tempfile, time
+import argparse, collections, json, os, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dashboard_cpu  # noqa: E402
@@ -90,23 +90,10 @@ def summarize(events, skip):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seconds", type=float, default=25, help="each page traced this long")
-    ap.add_argument("--skip", type=float, default=8, help="not counting its first seconds")
-    ap.add_argument("--step-ms", type=float, default=11.4, help="the fake job's step time")
-    ap.add_argument("--start-step", type=int, default=0)
-    ap.add_argument("--rev", action="append", default=[], help="also trace this revision's page")
     ap.add_argument("--keep", help="a directory to keep each trace in")
-    args = ap.parse_args()
-    args.chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not args.chromium:
-        sys.exit("dashboard_trace.py: chromium not found (apt-get install chromium)")
-    if args.seconds <= args.skip:
-        sys.exit("dashboard_trace.py: --seconds must exceed --skip")
-    tmp = tempfile.mkdtemp(prefix="gp_dash_pages.")
-    os.chmod(tmp, 0o755)
-    try:
-        pages = [("tree", dashboard_cpu.ROOT)] + [(r, dashboard_cpu.page_of(r, tmp)) for r in args.rev]
-        for name, src in pages:
+    args = dashboard_cpu.page_args(ap, "trace")
+    with dashboard_cpu.revision_pages(args.rev) as revs:
+        for name, src in [("tree", dashboard_cpu.ROOT)] + revs:
             events = trace(src, args)
             if args.keep:
                 os.makedirs(args.keep, exist_ok=True)
@@ -114,8 +101,6 @@ def main():
                     json.dump(events, f)
             print(f"{name}: {args.seconds - args.skip:g} s from {args.skip:g} s after the page opened")
             print(summarize(events, args.skip), flush=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
