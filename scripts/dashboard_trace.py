@@ -12,10 +12,10 @@ Pages given with --rev (a git revision's server/dashboard/) are traced too, afte
 
   scripts/dashboard_trace.py                    # the working tree's page, 25 s from 10 s
   scripts/dashboard_trace.py --rev 08e4550      # and 08e4550's, in the same run
-  scripts/dashboard_trace.py --keep DIR         # also keep each trace (DIR/<name>.json)
+  scripts/dashboard_trace.py --keep DIR         # also keep each trace (DIR/<name>.json, as written)
 
 Run as root, Chromium runs as `nobody`. Needs chromium and libjs-chart.js (scripts/setup.sh)."""
-import argparse, collections, json, os, sys, time
+import argparse, collections, json, os, shutil, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dashboard_cpu  # noqa: E402
@@ -23,8 +23,8 @@ import dashboard_cpu  # noqa: E402
 CATEGORIES = "cc,viz,blink,gpu,v8,toplevel,benchmark"
 
 
-def trace(source_dir, args):
-    """Chromium's trace events of the page, as a list."""
+def trace(source_dir, args, keep=None):
+    """Chromium's trace events of the page, as a list; keep: a path to copy the trace to."""
     flags = lambda profile: (f"--trace-startup={CATEGORIES}",  # noqa: E731
                              f"--trace-startup-duration={args.seconds:g}",
                              "--trace-startup-format=json",
@@ -40,12 +40,15 @@ def trace(source_dir, args):
             size = now
         else:
             sys.exit(f"dashboard_trace.py: Chromium wrote no trace to {path}")
+        if keep:
+            shutil.copyfile(path, keep)
         with open(path) as f:
             data = json.load(f)
     return data["traceEvents"] if isinstance(data, dict) else data
 
 
 def summarize(events, skip):
+    """The report (see the header) of a trace's events from `skip` seconds in."""
     names, procs = {}, {}
     for e in events:
         if e.get("ph") == "M" and e.get("name") == "thread_name":
@@ -94,11 +97,9 @@ def main():
     args = dashboard_cpu.page_args(ap, "trace")
     with dashboard_cpu.revision_pages(args.rev) as revs:
         for name, src in [("tree", dashboard_cpu.ROOT)] + revs:
-            events = trace(src, args)
             if args.keep:
                 os.makedirs(args.keep, exist_ok=True)
-                with open(os.path.join(args.keep, name + ".json"), "w") as f:
-                    json.dump(events, f)
+            events = trace(src, args, args.keep and os.path.join(args.keep, name + ".json"))
             print(f"{name}: {args.seconds - args.skip:g} s from {args.skip:g} s after the page opened")
             print(summarize(events, args.skip), flush=True)
 
