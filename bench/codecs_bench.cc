@@ -1,6 +1,12 @@
 // gradpress-bench codecs: ratio and single-thread encode/decode throughput of every codec.
 //
 //   gradpress-bench codecs [--numel N] [--repeats R] [--codec SPEC]... [--json]
+//   gradpress-bench codecs --device cuda [--numel N] [--repeats R] [--codec SPEC]... [--json]
+//
+// --device cuda prints bench/cuda's table instead (cuda_bench.h: the device codecs from and to
+// device memory, against same-run copy references), with torch::topk on CUDA measured here
+// as its torch_topk_cuda reference when this LibTorch has CUDA; builds without CUDA (no nvcc)
+// refuse it.
 //
 // Input: torch::randn({N}) * 0.01 with a fixed seed. Each row: one untimed warm-up
 // encode + decode, then the median of R EncodeTo calls on the tensor's float32 memory and
@@ -14,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <limits>
@@ -26,40 +33,11 @@
 #include "common/error.h"
 #include "common/timer.h"
 #include "compressors/registry.h"
+#ifdef GP_BENCH_CUDA
+#include "bench/cuda/cuda_bench.h"
+#endif
 
 namespace gradpress::bench {
-
-// Shared helpers, declared in bench.h.
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
-std::string JsonNumber(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.6g", v);
-  return buf;
-}
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
 
 namespace {
 
@@ -71,8 +49,10 @@ constexpr float kGradScale = 0.01f;
 struct CodecsOptions {
   int64_t numel = 25'000'000;
   int repeats = 5;
+  bool repeats_given = false;  // --device cuda defaults to 20 (short GPU timings vary more)
   std::vector<std::string> specs;
   bool json = false;
+  std::string device = "cpu";
 };
 
 struct Row {
@@ -257,6 +237,48 @@ void RunCodecs(const CodecsOptions& opt) {
   if (!speedups.empty()) std::printf("%s\n", speedups.c_str());
 }
 
+#ifdef GP_BENCH_CUDA
+// torch::topk(|g|, N / 100) on CUDA: the median wall time of R runs after 2 warm-ups, each
+// synchronised, in microseconds (the device codecs are timed the same way); -1 when this
+// LibTorch has no CUDA.
+double TorchTopkCudaMicros(int64_t n, int repeats) {
+  if (!torch::cuda::is_available()) return -1;
+  torch::manual_seed(kSeed);
+  const torch::Tensor grad = (torch::randn({n}) * kGradScale).to(torch::kCUDA);
+  const int64_t k = std::max<int64_t>(1, n / 100);
+  auto run = [&](int) {
+    auto result = torch::topk(grad.abs(), k);
+    torch::cuda::synchronize();
+  };
+  run(0);
+  run(0);
+  return MedianSeconds(repeats, run) * 1e6;
+}
+#endif
+
+void RunCodecsOnDevice(const CodecsOptions& opt) {
+  GP_ENFORCE(opt.device == "cpu" || opt.device == "cuda", "--device must be cpu or cuda, got '",
+             opt.device, "'");
+#ifdef GP_BENCH_CUDA
+  cuda::CudaBenchOptions cuda_opt;
+  cuda_opt.numel = opt.numel;
+  if (opt.repeats_given) cuda_opt.repeats = opt.repeats;
+  cuda_opt.specs = opt.specs;
+  cuda_opt.json = opt.json;
+  cuda_opt.measure_torch_topk_us = [](int64_t n, int repeats) {
+    const double us = TorchTopkCudaMicros(n, repeats);
+    if (us < 0) std::cerr << "torch::topk: this LibTorch has no CUDA; no torch_topk_cuda row\n";
+    return us;
+  };
+  const int rc = cuda::RunCudaCodecsBench(cuda_opt);
+  std::cout.flush();
+  // 77: no CUDA device (skipped); 1: a codec failed. CLI11's callback returns nothing.
+  if (rc != 0) std::exit(rc);
+#else
+  throw InvalidArgument("--device cuda: this gradpress-bench was built without CUDA (no nvcc)");
+#endif
+}
+
 }  // namespace
 
 void AddCodecsCommand(CLI::App& app) {
@@ -274,7 +296,18 @@ void AddCodecsCommand(CLI::App& app) {
                   "\"topk ratio=0.01 then=qsgd levels=16\"")
       ->allow_extra_args(false);
   cmd->add_flag("--json", opt->json, "one JSON object per row on stdout, nothing else");
-  cmd->callback([opt] { RunCodecs(*opt); });
+  cmd->add_option("--device", opt->device,
+                  "cpu: the host kernels on one thread; cuda: the device codecs from and to "
+                  "device memory (bench/cuda, --repeats defaults to 20)")
+      ->capture_default_str();
+  cmd->callback([opt, cmd] {
+    opt->repeats_given = cmd->count("--repeats") > 0;
+    if (opt->device == "cpu") {
+      RunCodecs(*opt);
+    } else {
+      RunCodecsOnDevice(*opt);
+    }
+  });
 }
 
 }  // namespace gradpress::bench

@@ -4,8 +4,8 @@
 # file is checked before its first commit, as a fresh clone's CI will check it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.h' '*.cc' 2>/dev/null ||
-  find . -name '*.h' -o -name '*.cc')
+mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.h' '*.cc' '*.cu' '*.cuh' 2>/dev/null ||
+  find . -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh')
 if [[ "${1:-}" == "--fix" ]]; then
   clang-format -i "${files[@]}"
   exit 0

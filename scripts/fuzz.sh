@@ -39,7 +39,7 @@ mkdir -p "$BUILD"
 launcher=()
 if command -v ccache >/dev/null 2>&1; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DGP_FUZZ=ON -DGP_BUILD_TESTS=OFF -DGP_BUILD_BENCH=OFF "${launcher[@]}" >"$BUILD/configure.log" \
+  -DGP_FUZZ=ON -DGP_CUDA=OFF -DGP_BUILD_TESTS=OFF -DGP_BUILD_BENCH=OFF "${launcher[@]}" >"$BUILD/configure.log" \
   || { cat "$BUILD/configure.log" >&2; exit 1; }
 build_targets=()
 for t in "${targets[@]}"; do build_targets+=(--target "gradpress-fuzz-$t"); done

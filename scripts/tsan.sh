@@ -24,7 +24,7 @@ mkdir -p "$BUILD"
 launcher=()
 if command -v ccache >/dev/null 2>&1; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 CC=gcc CXX=g++ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGP_SANITIZE=thread \
-  -DGP_BUILD_BENCH=OFF "${launcher[@]}" >"$BUILD/configure.log" \
+  -DGP_BUILD_BENCH=OFF -DGP_CUDA=OFF "${launcher[@]}" >"$BUILD/configure.log" \
   || { cat "$BUILD/configure.log" >&2; exit 1; }
 cmake --build "$BUILD" -j "${JOBS:-2}" --target gp_server_tests
 

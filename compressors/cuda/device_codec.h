@@ -1,0 +1,86 @@
+#pragma once
+// Codecs on the GPU: encode a gradient in device memory straight into a payload in pinned host
+// memory (ready for the wire), and decode a received payload into device memory, with the CPU
+// codecs' wire formats (the server and CPU workers decode these payloads unchanged, and these
+// decoders take theirs). No LibTorch here: device pointers and a CUDA stream.
+//
+//   auto codec = MakeDeviceCodec(ParseCodecShorthand("topk ratio=0.01 then=qsgd levels=16"));
+//   PinnedBytes payload;
+//   codec->Encode(d_grad, n, {"conv1.weight", step}, &payload, stream);  // payload.view()
+//   codec->Decode(payload.view(), n, d_out, stream);                      // d_out on the GPU
+//
+// Kernels exist for none, fp16, int8, qsgd, terngrad, onebit, topk, randomk, threshold,
+// gaussiank and dgc, a sparsifier followed by a quantizer ("topk+qsgd"), and error feedback
+// (its residual stays on the device). qsgd encodes the fixed-width variant of its format
+// (elias=false) on the GPU; an Elias-coded qsgd payload is decoded on the host and copied up.
+// Encode returns once the payload is in *out; Decode once out is written. Both throw
+// InvalidArgument: on NaN or Inf input where the CPU codec does, and on a truncated, extended
+// or malformed payload (found on the host or by the kernels, which never write out of range).
+// Thread-safety: one thread per instance (instances hold scratch buffers).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/codec_spec.h"
+#include "compressors/compressor.h"
+
+struct CUstream_st;
+
+namespace gradpress::compressors::cuda {
+
+using Stream = CUstream_st*;  // cudaStream_t
+
+// True when a CUDA device is present and usable.
+bool DeviceAvailable();
+
+// Page-locked host bytes (cudaHostAlloc), reused across calls; grows, never shrinks.
+class PinnedBytes {
+ public:
+  PinnedBytes() = default;
+  ~PinnedBytes();
+  PinnedBytes(const PinnedBytes&) = delete;
+  PinnedBytes& operator=(const PinnedBytes&) = delete;
+  // Sets the size; contents are kept only when no reallocation is needed.
+  void Resize(size_t n);
+  char* data() { return data_; }
+  const char* data() const { return data_; }
+  size_t size() const { return size_; }
+  std::string_view view() const { return {data_, size_}; }
+
+ private:
+  char* data_ = nullptr;
+  size_t size_ = 0, capacity_ = 0;
+};
+
+class DeviceCodec {
+ public:
+  virtual ~DeviceCodec() = default;
+  // Payload::codec of what Encode writes: "topk", "topk+qsgd".
+  virtual std::string Name() const = 0;
+  // Encodes in[0..n) (device memory) into *out (pinned host memory).
+  virtual void Encode(const float* in, int64_t n, const StepContext& ctx, PinnedBytes* out,
+                      Stream stream) = 0;
+  // Decodes `bytes` (host memory; pinned is faster) into out[0..n) (device memory).
+  virtual void Decode(std::string_view bytes, int64_t n, float* out, Stream stream) = 0;
+  // e[0..n) -= D(the last payload Encode wrote), on the device from the device copy of that
+  // payload (error feedback: e holds p = g + e, and becomes p - D(C(p))).
+  virtual void SubtractDecoded(float* e, int64_t n, Stream stream) = 0;
+  // Checkpoint state in the CPU codec's format (RNG streams, residuals): a checkpoint written
+  // by a CPU worker loads here and the other way round.
+  virtual void SaveState(std::string* out) const;
+  virtual void LoadState(std::string_view in);
+  // The fraction a sparsifier keeps (DGC's warm-up); false for a codec without one.
+  virtual bool SetDensity(double /*ratio*/) { return false; }
+};
+
+// Builds the device codec of a spec (codec, its `then` quantizer, error_feedback), reading the
+// parameters as the CPU factory does: an unknown codec or parameter, a value out of range, or
+// a codec with no device kernel (powersgd, signum, efsignsgd) throws InvalidArgument naming it.
+std::unique_ptr<DeviceCodec> MakeDeviceCodec(const CodecSpec& spec);
+
+// A device decoder for payloads named `name` ("qsgd", "topk+qsgd"): the formats describe
+// themselves, so it needs no parameters.
+std::unique_ptr<DeviceCodec> MakeDeviceDecoder(const std::string& name);
+
+}  // namespace gradpress::compressors::cuda

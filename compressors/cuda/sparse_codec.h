@@ -1,0 +1,56 @@
+#pragma once
+// DeviceSparsifier: the DeviceCodec shared by the device sparsifiers (sparsifiers.cu), which
+// only choose the kept elements. It owns the wire format of sparsifier.h (u8 coding, varint
+// k, the indices, then k f32 values or the payload of the `then` quantizer of those values, as
+// Pipeline writes it), decoding, SubtractDecoded, and checkpoint state in the CPU layout (a
+// sparsifier's own state alone, or Pipeline's varint-prefixed pair when a quantizer follows).
+//
+// Encode synchronises a few times: to read the survivor count (the host decides retries and
+// sizes), the delta coding's byte count, and once at the end, when the payload is in *out.
+// Thread-safety: one thread per instance.
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "compressors/cuda/sparse_parts.h"
+#include "compressors/sparsifier.h"
+
+namespace gradpress::compressors::cuda {
+
+class DeviceSparsifier : public DeviceCodec {
+ public:
+  std::string Name() const override;
+  void Encode(const float* in, int64_t n, const StepContext& ctx, PinnedBytes* out,
+              Stream stream) override;
+  void Decode(std::string_view bytes, int64_t n, float* out, Stream stream) override;
+  void SubtractDecoded(float* e, int64_t n, Stream stream) override;
+  void SaveState(std::string* out) const override;
+  void LoadState(std::string_view in) override;
+
+ protected:
+  // `name` is the CPU codec's ("topk"); kSeeded is randomk's coding.
+  DeviceSparsifier(std::string name, IndexCoding coding, std::unique_ptr<DeviceQuantizer> then);
+  // Chooses the kept elements of in[0..n), 0 <= n < 2^31 (n may be 0), on the stream.
+  virtual Kept Select(const float* in, int64_t n, const StepContext& ctx, Stream stream) = 0;
+  // The sparsifier's own checkpoint state (the CPU class's SaveState / LoadState).
+  virtual void SaveOwnState(std::string* /*out*/) const {}
+  virtual void LoadOwnState(std::string_view in);
+
+  const std::string& base_name() const { return name_; }
+  DeviceSelector selector_;
+  ErrorWord err_;
+
+ private:
+  std::string name_;
+  IndexCoding coding_;
+  std::unique_ptr<DeviceQuantizer> then_;
+  DeltaEncoder delta_;
+  IndexDecoder decoder_;
+  DeviceBytes quantized_, values_, upload_;
+  // The last Encode's kept elements and its quantizer bytes (host copy), for SubtractDecoded.
+  Kept last_;
+  int64_t last_n_ = -1;
+  std::string last_quantized_;
+};
+
+}  // namespace gradpress::compressors::cuda

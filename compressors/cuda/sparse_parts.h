@@ -1,0 +1,114 @@
+#pragma once
+// Internal pieces of the device sparsifiers (sparsifiers.cu): the selection on the device
+// (sparse_select.cu: sampled thresholds, Gaussian bounds, one compaction pass, the exact cut
+// to k) and the index codings (sparse_coding.cu: delta varints, the decoders, randomk's
+// stratified indices, the scatters). All work runs on the caller's stream; the functions that
+// synchronise say so (they read a count or a size the host needs).
+// Thread-safety: one thread per instance (instances hold scratch buffers).
+#include <cstdint>
+
+#include "compressors/cuda/device_parts.h"
+#include "compressors/rng.h"
+
+namespace gradpress::compressors::cuda {
+
+// The elements a sparsifier keeps, on the device, in index order (valid until the next
+// selection on the same instance).
+struct Kept {
+  const int32_t* indices = nullptr;
+  const float* values = nullptr;
+  int64_t k = 0;
+  uint64_t seed = 0;  // randomk's shared seed (seeded coding)
+};
+
+// Small device-to-host reads through pinned memory; synchronises the stream.
+class ReadBack {
+ public:
+  void Get(const void* dev, size_t bytes, void* host, Stream stream);
+
+ private:
+  PinnedBytes pinned_;
+};
+
+// The selection of topk, dgc, threshold and gaussiank: filter bounds on the device, one pass
+// that keeps in[i] > hi || in[i] < lo in index order (FilterOutside), and KeepLargest.
+class DeviceSelector {
+ public:
+  // Bounds given by the host; t is what Compact reports as the threshold.
+  void SetBounds(float lo, float hi, float t, Stream stream);
+  // Bounds (-t, t) with t = SampledAbsThreshold(in, n, ratio, m, rng), the CPU's sample drawn
+  // from *rng, which advances as the CPU's does. n > 0.
+  void SampleBounds(const float* in, int64_t n, double ratio, int64_t m, Rng* rng, Stream stream);
+  // GaussianKCompressor's bounds (mean -+ z std); a NaN or Inf mean or std sets *err to
+  // kNonFiniteInput and bounds that keep nothing. n > 0.
+  void GaussianBounds(const float* in, int64_t n, double z, int* err, Stream stream);
+  // Keeps every i with in[i] outside the bounds, in index order; synchronises to read the
+  // count, which it returns (*t receives the threshold SampleBounds last set, for the CPU's
+  // retry rules). `expected` sizes the first buffer; more survivors cost a second pass.
+  int64_t Compact(const float* in, int64_t n, int64_t expected, float* t, Stream stream);
+  // The survivors of the last Compact.
+  Kept Survivors();
+  // The k largest magnitudes of the survivors, ties to lower indices (KeepLargest); the
+  // survivors themselves when there are at most k.
+  Kept KeepLargest(int64_t k, Stream stream);
+
+ private:
+  int64_t survivors_ = 0, capacity_ = 0;
+  DeviceBytes control_;  // SelectControl (sparse_select.cu): count, bounds, threshold
+  DeviceBytes temp_, keys_a_, keys_b_, pos_a_, pos_b_, flags_, slots_;
+  DeviceBytes surv_idx_, surv_val_, kept_idx_, kept_val_, partials_;
+  ReadBack read_;
+};
+
+// Delta index coding on the device (Sparsifier::WriteIndices with index_coding delta).
+class DeltaEncoder {
+ public:
+  // The varints of idx[0..k) (strictly increasing); synchronises once to read their total
+  // size, returned in *bytes. The result stays valid until the next call.
+  const uint8_t* Encode(const int32_t* idx, int64_t k, int64_t* bytes, Stream stream);
+
+ private:
+  DeviceBytes lens_, offsets_, out_, temp_;
+  ReadBack read_;
+};
+
+// Decoders of the index codings into k int64 positions on the device (results valid until
+// the next call). Malformed content sets *err; no kernel reads or writes out of range.
+class IndexDecoder {
+ public:
+  // k int32 indices at dev (any alignment), strictly increasing and below n.
+  const int64_t* Int32(const uint8_t* dev, int64_t k, int64_t n, int* err, Stream stream);
+  // randomk: StratifiedIndices for the Rng state SplitMix64(seed) (`state0`).
+  const int64_t* Stratified(uint64_t state0, int64_t k, int64_t n, Stream stream);
+  // Exactly k delta varints fill dev[0..len) (len > 0 when k > 0).
+  const int64_t* Delta(const uint8_t* dev, int64_t len, int64_t k, int64_t n, int* err,
+                       Stream stream);
+  // The length of the first k varints in dev[0..len), or -1 when len bytes hold fewer than k
+  // varint ends; synchronises. k > 0, len > 0.
+  int64_t DeltaLength(const uint8_t* dev, int64_t len, int64_t k, Stream stream);
+
+ private:
+  void CountEnds(const uint8_t* dev, int64_t len, Stream stream);  // fills ends_[0..len]
+  DeviceBytes pos_, steps_, ends_, temp_, word_;
+  ReadBack read_;
+};
+
+// out[pos[j]] = value j for j < k, where value j is values[j] (device floats) or, when values
+// is null, the f32 at value_bytes + 4j (any alignment). Does nothing when *err is already set
+// (an earlier kernel found the payload malformed); a position outside [0, n) sets
+// kIndexOutOfRange. out must already be zero-filled.
+void ScatterAsync(const int64_t* pos, const float* values, const uint8_t* value_bytes, int64_t k,
+                  int64_t n, float* out, int* err, Stream stream);
+
+// e[idx[j]] -= values[j] for j < k (error feedback's p - D(C(p)) on the kept elements).
+void SubtractAtAsync(const int32_t* idx, const float* values, int64_t k, float* e, Stream stream);
+
+// randomk's selection: idx[j] = StratifiedIndices(...)[j] for the Rng state `state0`, and
+// val[j] = in[idx[j]], times its stratum's size when unbiased. k > 0, k <= n.
+void StratifiedSelectAsync(const float* in, uint64_t state0, int64_t k, int64_t n, bool unbiased,
+                           int32_t* idx, float* val, Stream stream);
+
+// Grid size for a grid-stride kernel over `items` with `threads` per block (at least 1).
+int GridFor(int64_t items, int threads);
+
+}  // namespace gradpress::compressors::cuda

@@ -1,0 +1,152 @@
+#pragma once
+// The per-element logic of the device sparsifiers (topk, randomk, threshold, gaussiank, dgc),
+// shared by their CUDA kernels (sparse_select.cu, sparse_coding.cu) and by the host tests
+// (tests/compressors/cuda/sparsifier_logic_test.cc), which run these functions in loops that
+// mirror the kernels and compare the result with the CPU codecs byte for byte.
+//
+// What each piece reproduces (the CPU code is the definition):
+//   randomk   StratifiedIndices (randomk.cc): index j is drawn with draw j of Rng(seed), i.e.
+//             the state SplitMix64(seed) advanced j + 1 steps.
+//   samplers  SampledAbsThreshold (selection.cc): sample s reads |in[SamplePosition(s)]|,
+//             drawing once from the codec's Rng for each s in order (when m < n).
+//   filters   FilterOutside (selection.cc): keep v > hi || v < lo (NaN never kept).
+//   top-k     KeepLargest: k largest magnitudes, ties at the k-th go to lower indices; on the
+//             device a stable descending sort of the magnitude bits of the survivors (which
+//             arrive in index order) puts exactly the kept ones first.
+//   delta     Sparsifier::WriteIndices/ReadIndices (sparsifier.cc): varint gaps, gap - 1
+//             after the first; decoding mirrors ByteReader::GetVarint's limits.
+//   gaussiank MeanStd's final arithmetic (the sums themselves are reduced in another order
+//             on the device, so mean and std may differ from the CPU's in the last bits).
+//
+// Thread-safety: pure functions.
+#include <cmath>
+#include <cstdint>
+
+#include "compressors/cuda/device_logic.h"
+
+namespace gradpress::compressors::cuda {
+
+// ---- randomk: stratified indices -------------------------------------------------------
+
+// floor(j n / k), exact in 64 bits for j <= k and n, k < 2^31 (randomk.cc uses __int128).
+GP_HD int64_t StratumBegin(int64_t j, int64_t k, int64_t n) {
+  return static_cast<int64_t>((static_cast<uint64_t>(j) * static_cast<uint64_t>(n)) /
+                              static_cast<uint64_t>(k));
+}
+
+// Index j of StratifiedIndices(seed, k, n), given `state`, the Rng state after its draw
+// (SplitMix64(seed) advanced j + 1 steps); *size receives the stratum's size.
+GP_HD int32_t StratifiedIndex(uint64_t state, int64_t j, int64_t k, int64_t n, int64_t* size) {
+  const int64_t begin = StratumBegin(j, k, n);
+  const int64_t end = StratumBegin(j + 1, k, n);
+  *size = end - begin;
+  const uint64_t offset = BelowOf(Xorshift64Out(state), static_cast<uint64_t>(end - begin));
+  return static_cast<int32_t>(begin + static_cast<int64_t>(offset));
+}
+
+// ---- sampled thresholds (SampledAbsThreshold) -------------------------------------------
+
+// The element sample s reads when m < n samples are drawn with stride n / m (a double, as
+// the CPU computes it) and `draw` is the sample's draw of the codec's Rng.
+GP_HD int64_t SamplePosition(int64_t s, int64_t n, double stride, uint64_t draw) {
+  const auto base = static_cast<int64_t>(static_cast<double>(s) * stride);
+  const int64_t span = static_cast<int64_t>(static_cast<double>(s + 1) * stride) - base;
+  const int64_t width = span > 1 ? span : 1;
+  const int64_t pos = base + static_cast<int64_t>(BelowOf(draw, static_cast<uint64_t>(width)));
+  return pos < n - 1 ? pos : n - 1;
+}
+
+// The magnitude |v| as sortable bits: for non-NaN floats, a < b on |v| iff the bits compare
+// the same way (NaN sorts above Inf). Bit 31 is always clear.
+GP_HD uint32_t MagnitudeBits(float v) { return FloatBits(v) & 0x7FFFFFFFu; }
+
+// std::nextafter(m, 0.f) for a magnitude m >= +0 given as MagnitudeBits: one ulp toward zero,
+// 0 stays 0, NaN stays NaN.
+GP_HD float NextTowardZero(uint32_t mag_bits) {
+  if (mag_bits == 0 || mag_bits > 0x7F800000u) return BitsFloat(mag_bits);
+  return BitsFloat(mag_bits - 1);
+}
+
+// ---- filters ------------------------------------------------------------------------------
+
+// FilterOutside's test: v is kept when above hi or below lo (NaN compares false).
+GP_HD bool OutsideBounds(float v, float lo, float hi) { return v > hi || v < lo; }
+
+// ---- gaussiank: bounds from the moments ---------------------------------------------------
+
+GP_HD bool FiniteDouble(double x) { return x - x == 0.0; }  // false for NaN and +-Inf
+
+// MeanStd's final step and GaussianKCompressor's bounds: sum and sumsq are the sums of
+// d = in[i] - shift and of d^2 over n > 0 elements. False (bounds untouched) when the mean
+// or the standard deviation is not finite (the CPU codec's "input has NaN or Inf").
+GP_HD bool GaussianBounds(double sum, double sumsq, int64_t n, float shift, double z, float* lo,
+                          float* hi) {
+  const double m = sum / static_cast<double>(n);
+  const double mean = m + static_cast<double>(shift);
+  const double var = sumsq / static_cast<double>(n) - m * m;
+  const double sd = sqrt(var > 0.0 ? var : 0.0);
+  if (!FiniteDouble(mean) || !FiniteDouble(sd)) return false;
+  *lo = static_cast<float>(mean - z * sd);
+  *hi = static_cast<float>(mean + z * sd);
+  return true;
+}
+
+// ---- delta index coding ---------------------------------------------------------------------
+
+// The varint written for index j (Sparsifier::WriteIndices): the first index itself, then
+// the gap minus one.
+GP_HD uint64_t DeltaGap(int32_t idx, int32_t prev_or_minus1) {
+  return static_cast<uint64_t>(static_cast<int64_t>(idx) - prev_or_minus1 - 1);
+}
+
+// Reads a varint at p with `avail` bytes readable, as ByteReader::GetVarint does: returns its
+// length (1..10) and sets *v; 0 when the bytes end before its last byte; -1 when it is longer
+// than 10 bytes or overflows 64 bits.
+GP_HD int ParseVarint(const uint8_t* p, int64_t avail, uint64_t* v) {
+  uint64_t x = 0;
+  for (int i = 0; i < 10; ++i) {
+    if (i >= avail) return 0;
+    const uint8_t b = p[i];
+    const int shift = 7 * i;
+    if (shift >= 63 && (b & 0x7E) != 0) return -1;
+    x |= static_cast<uint64_t>(b & 0x7F) << shift;
+    if (!(b & 0x80)) {
+      *v = x;
+      return i + 1;
+    }
+  }
+  return -1;
+}
+
+GP_HD bool IsVarintEnd(uint8_t b) { return b < 0x80; }
+
+// Decoding varint j (its start found as the byte after the j-th terminator): the step its
+// gap adds to the previous index (ReadIndices: pos = (j == 0 ? 0 : pos + 1) + gap), or -1 and
+// *error set to a DecodeError when it is malformed or out of range for numel n.
+GP_HD int64_t DeltaStep(const uint8_t* p, int64_t avail, int64_t j, int64_t n, int* error) {
+  uint64_t gap = 0;
+  const int len = ParseVarint(p, avail, &gap);
+  if (len <= 0) {
+    *error = len == 0 ? kIndexCount : kVarintTooLong;
+    return -1;
+  }
+  if (gap >= static_cast<uint64_t>(n)) {
+    *error = kGapOutOfRange;
+    return -1;
+  }
+  return static_cast<int64_t>(gap) + (j > 0 ? 1 : 0);
+}
+
+// ---- int32 index coding -----------------------------------------------------------------------
+
+// Checks index j of an int32 list at p (4 bytes each, any alignment) against numel n and its
+// predecessor: kDecodeOk, kIndexOutOfRange or kIndexOrder; *idx receives the index.
+GP_HD int CheckInt32Index(const uint8_t* p, int64_t j, int64_t n, int32_t* idx) {
+  const auto v = static_cast<int32_t>(LoadU32(p + 4 * j));
+  *idx = v;
+  if (v < 0 || v >= n) return kIndexOutOfRange;
+  if (j > 0 && v <= static_cast<int32_t>(LoadU32(p + 4 * (j - 1)))) return kIndexOrder;
+  return kDecodeOk;
+}
+
+}  // namespace gradpress::compressors::cuda
