@@ -46,7 +46,7 @@ std::vector<KeyPayload> LocalClient::Encode(int64_t step, const std::vector<torc
   for (size_t i = begin; i < end; ++i) {
     KeyPayload& kp = payloads[i - begin];
     kp.key = model()[i].key;
-    kp.payload = push_codec(i).Encode(grads[i], {kp.key, step});
+    kp.payload = EncodePush(i, grads[i], {kp.key, step});
     st->bytes_up += kp.payload.bytes.size();
   }
   st->encode_ms += t.ElapsedMs();

@@ -122,7 +122,7 @@ std::vector<KeyPush> EncodeAll(ServerClient& c, int64_t step,
       st->bytes_up += p.raw.numel() * sizeof(float);
       continue;
     }
-    p.payload.payload = c.push_codec(i).Encode(grads[i], {c.model()[i].key, step});
+    p.payload.payload = c.EncodePush(i, grads[i], {c.model()[i].key, step});
     st->bytes_up += p.payload.payload.bytes.size();
   }
   st->encode_ms = t.ElapsedMs();

@@ -111,13 +111,7 @@ double ResultReader::DecodeRest() {
     bytes_ += p.bytes.size();
     GP_ENFORCE(p.shape == model_[i].shape, "server sent key '", model_[i].key, "' with shape ",
                ShapeToString(p.shape));
-    torch::Tensor& o = (*out_)[i];
-    if (o.device().is_cpu() && o.scalar_type() == torch::kFloat32 && o.is_contiguous()) {
-      client_.Decoder(p.codec).DecodeTo(p.bytes, o.numel(), o.data_ptr<float>());  // in place
-    } else {
-      torch::NoGradGuard no_grad;
-      o.copy_(client_.Decoder(p.codec).Decode(p));
-    }
+    client_.DecodeTensor(p, &(*out_)[i]);
   }
   GP_ENFORCE(r == rest.size(), "server sent ", rest.size() - r, " extra keys");
   return t.ElapsedMs();

@@ -71,6 +71,7 @@ void ServerClient::SetModel(const std::vector<TensorSpec>& model,
   buckets_ = std::move(buckets);
   push_.clear();
   for (const auto& s : model_) push_.push_back(MakePushCodec(opt_, s));
+  device_.Reset(model_.size());
 }
 
 int ServerClient::buckets() const { return std::max<int>(1, buckets_.size()); }
@@ -118,14 +119,30 @@ double ServerClient::DecodeInto(const std::vector<KeyPayload>& got, std::vector<
     torch::Tensor& o = (*out)[i];
     GP_ENFORCE(p.shape == model_[i].shape, "server sent key '", kp.key, "' with shape ",
                ShapeToString(p.shape));
-    if (o.device().is_cpu() && o.scalar_type() == torch::kFloat32 && o.is_contiguous()) {
-      Decoder(p.codec).DecodeTo(p.bytes, o.numel(), o.data_ptr<float>());  // in place
-    } else {
-      torch::NoGradGuard no_grad;
-      o.copy_(Decoder(p.codec).Decode(p));
-    }
+    DecodeTensor(p, &o);
   }
   return t.ElapsedMs();
+}
+
+compressors::Payload ServerClient::EncodePush(size_t i, const torch::Tensor& g,
+                                              const compressors::StepContext& ctx) {
+  const bool compressed =
+      compressors::TravelsCompressed(model_[i].shape, opt_.min_numel, opt_.skip_1d);
+  compressors::Payload p;
+  // DGC's momentum correction has no device kernel: its keys stay on the host.
+  if (!(compressed && opt_.momentum_correction > 0) &&
+      device_.Encode(i, compressed ? opt_.push : CodecSpec{}, *push_[i], g, ctx, &p))
+    return p;
+  return push_[i]->Encode(g, ctx);
+}
+
+void ServerClient::DecodeTensor(const compressors::Payload& p, torch::Tensor* o) {
+  if (o->device().is_cpu() && o->scalar_type() == torch::kFloat32 && o->is_contiguous()) {
+    Decoder(p.codec).DecodeTo(p.bytes, o->numel(), o->data_ptr<float>());  // in place
+  } else if (!device_.Decode(p, o)) {
+    torch::NoGradGuard no_grad;
+    o->copy_(Decoder(p.codec).Decode(p));
+  }
 }
 
 std::string ServerClient::SaveState() const {
@@ -135,7 +152,7 @@ std::string ServerClient::SaveState() const {
   for (size_t i = 0; i < push_.size(); ++i) {
     const std::string& key = model_[i].key;
     std::string state;
-    push_[i]->SaveState(&state);
+    if (!device_.SaveState(i, &state)) push_[i]->SaveState(&state);
     w.PutVarint(key.size());
     w.PutBytes(key.data(), key.size());
     w.PutVarint(state.size());
@@ -164,6 +181,7 @@ void ServerClient::LoadState(std::string_view state) {
   }
   r.ExpectEnd();
   push_ = std::move(fresh);
+  device_.Reset(model_.size());  // device codecs start again from the loaded state
 }
 
 void ServerClient::SetPushCodec(const CodecSpec& push) {
@@ -174,6 +192,7 @@ void ServerClient::SetPushCodec(const CodecSpec& push) {
   for (const auto& s : model_) fresh.push_back(MakePushCodec(o, s));  // validates all
   opt_.push = push;
   push_ = std::move(fresh);
+  device_.Reset(model_.size());
 }
 
 bool ServerClient::SetPushDensity(double ratio) {
@@ -181,6 +200,7 @@ bool ServerClient::SetPushDensity(double ratio) {
   for (size_t i = 0; i < push_.size(); ++i)
     if (compressors::TravelsCompressed(model_[i].shape, opt_.min_numel, opt_.skip_1d))
       any = push_[i]->SetDensity(ratio) || any;
+  if (any) device_.SetDensity(ratio);
   return any;
 }
 

@@ -33,6 +33,7 @@
 #include "compressors/compressor_config.h"
 #include "proto/gradpress.pb.h"
 #include "transport/fault_injection.h"
+#include "worker/device_codecs.h"
 
 namespace gradpress::worker {
 
@@ -207,6 +208,12 @@ class ServerClient {
   // payloads of keys [begin, end) (a bucket or the whole model) decoded into out[begin, end).
   compressors::Compressor& push_codec(size_t i) { return *push_[i]; }
   const compressors::Compressor& Decoder(const std::string& codec);
+  // Key i's gradient encoded by its push codec: on the GPU when g is a CUDA tensor and the
+  // codec has a device kernel (device_codecs.h), else on the host.
+  compressors::Payload EncodePush(size_t i, const torch::Tensor& g,
+                                  const compressors::StepContext& ctx);
+  // p decoded into o (any device; in place for float32 host and CUDA tensors).
+  void DecodeTensor(const compressors::Payload& p, torch::Tensor* o);
   double DecodeInto(const std::vector<compressors::KeyPayload>& got,
                     std::vector<torch::Tensor>* out, uint64_t* bytes, size_t begin = 0,
                     size_t end = ~size_t{0});
@@ -232,8 +239,9 @@ class ServerClient {
                                                          const TensorSpec& s) const;
   std::vector<TensorSpec> model_;
   std::vector<std::unique_ptr<compressors::Compressor>> push_;  // per key
-  std::vector<std::pair<size_t, size_t>> buckets_;              // keys [begin, end)
-  std::mutex decoders_mu_;                                      // buckets decode concurrently
+  DeviceCodecs device_;  // the push codecs and decoders of CUDA tensors, made on first use
+  std::vector<std::pair<size_t, size_t>> buckets_;  // keys [begin, end)
+  std::mutex decoders_mu_;                          // buckets decode concurrently
   std::map<std::string, std::unique_ptr<compressors::Compressor>> decoders_;
   std::mutex reports_mu_;
   std::deque<proto::WorkerRow> reports_;

@@ -1,0 +1,54 @@
+#pragma once
+// The worker's codecs for gradients that live on the GPU: a CUDA tensor is encoded on the
+// device (compressors/cuda) straight into pinned host memory, and a pulled payload is decoded
+// into the CUDA tensor, instead of copying each tensor to pageable host memory and back. The
+// payloads are the CPU codecs' (a CPU worker, the server and this path read each other's).
+//
+//   DeviceCodecs dev;
+//   if (dev.Encode(i, spec, cpu_codec, grad, {key, step}, &payload)) ...;  // else: CPU path
+//   if (dev.Decode(payload, &out_tensor)) ...;                               // else: CPU path
+//
+// Key i's device codec is made on its first CUDA gradient, from the CPU codec's checkpoint
+// state (the formats are the same), so a resumed job continues its residuals and RNG streams
+// on the GPU. A codec without a device kernel (powersgd, signum), DGC's momentum correction and
+// builds without nvcc keep the CPU path: Encode / Decode return false.
+// Kernels run on CUDA's legacy default stream, ordered with LibTorch's default stream.
+// Thread-safety: Encode for different keys, and Decode, may run concurrently.
+#include <torch/types.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "common/codec_spec.h"
+#include "compressors/compressor.h"
+
+namespace gradpress::worker {
+
+class DeviceCodecs {
+ public:
+  DeviceCodecs();
+  ~DeviceCodecs();
+  DeviceCodecs(const DeviceCodecs&) = delete;
+  DeviceCodecs& operator=(const DeviceCodecs&) = delete;
+
+  // Sizes the per-key table (Register); drops every device codec.
+  void Reset(size_t keys);
+  // Encodes key i's gradient g on the device with `spec` (the key's codec; `state_from` is its
+  // CPU codec, whose state a new device codec starts from). False: take the CPU path.
+  bool Encode(size_t i, const CodecSpec& spec, const compressors::Compressor& state_from,
+              const torch::Tensor& g, const compressors::StepContext& ctx,
+              compressors::Payload* out);
+  // Decodes p into out when out is a contiguous float32 CUDA tensor. False: take the CPU path.
+  bool Decode(const compressors::Payload& p, torch::Tensor* out);
+  // Key i's device codec state (the CPU codec's format); false when it has none.
+  bool SaveState(size_t i, std::string* out) const;
+  // Sets every device codec's density (DGC's warm-up).
+  void SetDensity(double ratio);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gradpress::worker
