@@ -22,7 +22,8 @@ namespace cuda = compressors::cuda;
 
 namespace {
 bool OnDevice(const torch::Tensor& t) {
-  return t.is_cuda() && t.scalar_type() == torch::kFloat32 && t.is_contiguous();
+  return t.is_cuda() && t.scalar_type() == torch::kFloat32 && t.is_contiguous() &&
+         t.numel() >= kDeviceMinNumel;
 }
 }  // namespace
 

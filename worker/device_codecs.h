@@ -11,7 +11,11 @@
 // Key i's device codec is made on its first CUDA gradient, from the CPU codec's checkpoint
 // state (the formats are the same), so a resumed job continues its residuals and RNG streams
 // on the GPU. A codec without a device kernel (powersgd, signum), DGC's momentum correction and
-// builds without nvcc keep the CPU path: Encode / Decode return false.
+// builds without nvcc keep the CPU path: Encode / Decode return false. So do tensors under
+// kDeviceMinNumel elements: each device call launches several kernels and synchronises a few
+// times, which costs more than the host path's copy and encode for small tensors (LeNet, two
+// workers on one H200: 6.8 ms of encode and 8.7 ms of decode a step on the device against
+// 0.7 and 2.2 on the host, docs/gpu.md).
 // Kernels run on CUDA's legacy default stream, ordered with LibTorch's default stream.
 // Thread-safety: Encode for different keys, and Decode, may run concurrently.
 #include <torch/types.h>
@@ -24,6 +28,10 @@
 #include "compressors/compressor.h"
 
 namespace gradpress::worker {
+
+// The smallest tensor the device codecs take: 2^18 floats (1 MiB), where the host path's
+// pageable copy and encode cost about what a device call's launches and synchronisations do.
+constexpr int64_t kDeviceMinNumel = int64_t{1} << 18;
 
 class DeviceCodecs {
  public:

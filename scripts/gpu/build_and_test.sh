@@ -18,7 +18,9 @@
 #   fast       ctest -LE slow
 #   train      server + 2 workers, device=cuda, LeNet Fashion-MNIST, methods $TRAIN_CONFIGS
 #              (default "m5 m1"), EPOCHS epochs (default 10), WORKERS workers (default 2),
-#              extra worker arguments in TRAIN_ARGS (e.g. "--max-steps 1500")
+#              extra worker arguments in TRAIN_ARGS (e.g. "--max-steps 1500"); then VGG11
+#              on synthetic CIFAR-shaped data for the methods in VGG_CONFIGS (e.g. "m5 m1"),
+#              VGG_STEPS steps each (default 100)
 #   codecs     gradpress-bench codecs
 #   cudaprobe  scripts/gpu/cuda_codec_probe.cc: Encode/Decode on CUDA tensors
 #   transport  gradpress-bench transport
@@ -167,6 +169,9 @@ configure_with() {
     "-DCMAKE_PROJECT_INCLUDE=$REPO/scripts/gpu/deps.cmake" "-DGP_DEB_ROOT=$ROOT"
     -DCMAKE_CUDA_ARCHITECTURES=90)
   [[ -n $NVCC ]] && args+=("-DCMAKE_CUDA_COMPILER=$NVCC")
+  # The dashboard's Chart.js, from the carried libjs-chart.js package.
+  local chart=$ROOT/usr/share/javascript/chart.js/chart.min.js
+  [[ -f $chart ]] && args+=("-DGP_CHARTJS=$chart")
   echo "+ cmake ${args[*]}"
   TORCH_CUDA_ARCH_LIST=9.0 timeout "$(budget 120)" cmake "${args[@]}"
 }
@@ -257,7 +262,8 @@ train_run() {
   fi
   run_dir=$RUNS/$name
   rm -rf "$run_dir" && mkdir -p "$run_dir"
-  local sets=(--set "dataset.path=$DATA" --set "device=$device" --set "train.epochs=$EPOCHS")
+  local sets=(--set "dataset.path=${RUN_DATA:-$DATA}" --set "device=$device"
+    --set "train.epochs=$EPOCHS")
   echo "== $cfg ${sets[*]} $* -> $run_dir (limit ${t}s)"
   gp_env "$BUILD/server/gradpress-server" --config "$SRC/$cfg" "${sets[@]}" \
     --listen 127.0.0.1:0 --workers "$workers" --log-file "$run_dir/server.log" >"$run_dir/server.out" 2>&1 &
@@ -323,6 +329,16 @@ if want train; then
   for c in ${TRAIN_CONFIGS:-m5 m1}; do
     train_run "configs/lenet_fmnist_$c.yaml" cuda "$c-cuda" ${TRAIN_ARGS:-}
   done
+  # VGG11-BN, batch 128, on synthetic CIFAR-shaped data (scripts/synth_cifar.py): VGG_STEPS steps
+  # of each method in VGG_CONFIGS (default none).
+  if [[ -n ${VGG_CONFIGS:-} ]]; then
+    synth=$GPU/synth-cifar
+    [[ -f $synth/test_batch.bin ]] || python3 "$REPO/scripts/synth_cifar.py" "$synth" --train 2560 --test 256
+    for c in $VGG_CONFIGS; do
+      RUN_DATA=$synth train_run "configs/vgg11_cifar10_$c.yaml" cuda "vgg-$c-cuda" \
+        --max-steps "${VGG_STEPS:-100}"
+    done
+  fi
 fi
 
 BENCH=$BUILD/bench/gradpress-bench

@@ -25,6 +25,8 @@ PACKAGES=(
   # logging, config, command line, tests
   libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libyaml-cpp-dev libyaml-cpp0.7
   libcli11-dev catch2
+  # the dashboard's Chart.js (server/CMakeLists.txt embeds it)
+  libjs-chart.js
   # header-only, in case the wheel's public headers include <nlohmann/json.hpp>
   nlohmann-json3-dev
 )
