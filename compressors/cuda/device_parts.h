@@ -6,9 +6,11 @@
 // threshold, gaussiank, dgc), which are whole DeviceCodecs with an optional quantizer.
 // Included by .cu files and by the host-only parts (device_codec.cc); needs no CUDA header.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "compressors/compressor_config.h"
 #include "compressors/cuda/device_codec.h"
@@ -69,6 +71,17 @@ const uint32_t* HostJumpTable32();
 // is pageable; returns the device copy (valid until the next call on `into`).
 const uint8_t* UploadBytes(std::string_view bytes, DeviceBytes* into, Stream stream);
 
+// A slice of a quantizer's work: elements [begin, end) and the payload byte ranges that only
+// this slice writes on encode (and that hold everything it reads on decode beyond what earlier
+// slices' ranges hold). Slices let the codec copy one slice's bytes while the next one's
+// kernels run; a range of 0 bytes is skipped.
+struct PayloadSlice {
+  int64_t begin = 0, end = 0;
+  size_t offset[2] = {0, 0}, bytes[2] = {0, 0};
+};
+// Called with a slice's index: after its encode kernels are queued, before its decode ones.
+using SliceHook = std::function<void(size_t slice)>;
+
 // A quantizer on the device. Every device quantizer writes a payload whose size depends on n
 // and its parameters only, so the host knows it before the kernels run.
 class DeviceQuantizer {
@@ -91,11 +104,29 @@ class DeviceQuantizer {
                                     Stream stream) = 0;
   virtual void SaveState(std::string* out) const {}
   virtual void LoadState(std::string_view in);
+
+  // The slices EncodeSlicedAsync runs for n elements, in order; their byte ranges cover the
+  // payload exactly once. By default one slice: the whole payload.
+  virtual std::vector<PayloadSlice> EncodeSlices(int64_t n) const;
+  // EncodeAsync, slice by slice on the stream, calling done(c) once slice c's kernels are
+  // queued (the caller may then copy its bytes on another stream after an event).
+  virtual void EncodeSlicedAsync(const float* in, int64_t n, const StepContext& ctx, uint8_t* out,
+                                 int* err, Stream stream, const SliceHook& done);
+  // The slices DecodeSlicedAsync runs for the payload `host_bytes` of n elements; validates
+  // what DecodeAsync validates on the host (throws InvalidArgument). By default one slice.
+  virtual std::vector<PayloadSlice> DecodeSlices(std::string_view host_bytes, int64_t n) const;
+  // DecodeAsync, slice by slice, calling ready(c) before queueing slice c's kernels (the caller
+  // makes the stream wait there for the upload of slices 0..c). dev_bytes may still be arriving.
+  virtual void DecodeSlicedAsync(std::string_view host_bytes, const uint8_t* dev_bytes, int64_t n,
+                                 float* out, int* err, Stream stream, const SliceHook& ready);
 };
 
 // The quantizer named `name` with parameters from r (nullptr when `name` is not a device
 // quantizer). quantizers.cu.
 std::unique_ptr<DeviceQuantizer> MakeDeviceQuantizer(const std::string& name, ParamReader& r);
+
+// A quantizer used alone as a codec (quantizer_codec.cu): copies overlap its slices' kernels.
+std::unique_ptr<DeviceCodec> MakeQuantizerCodec(std::unique_ptr<DeviceQuantizer> q);
 
 // The sparsifier named `name` with parameters from r, its kept values encoded by `then` when
 // given (nullptr when `name` is not a device sparsifier). sparsifiers.cu.

@@ -169,52 +169,6 @@ void DeviceQuantizer::LoadState(std::string_view in) {
 
 namespace {
 
-// A quantizer used alone: its payload is encoded into device memory, then copied to pinned
-// host memory; the device copy stays for SubtractDecoded.
-class QuantizerCodec : public DeviceCodec {
- public:
-  explicit QuantizerCodec(std::unique_ptr<DeviceQuantizer> q) : q_(std::move(q)) {}
-  std::string Name() const override { return q_->Name(); }
-
-  void Encode(const float* in, int64_t n, const StepContext& ctx, PinnedBytes* out,
-              Stream stream) override {
-    const size_t size = q_->EncodedBytes(n);
-    uint8_t* dev = payload_.as<uint8_t>(std::max<size_t>(size, 1));
-    error_.Clear(stream);
-    q_->EncodeAsync(in, n, ctx, dev, error_.device(), stream);
-    out->Resize(size);
-    if (size > 0) {
-      CheckCuda(cudaMemcpyAsync(out->data(), dev, size, cudaMemcpyDeviceToHost, stream),
-                "copy payload to pinned memory");
-    }
-    last_n_ = -1;
-    error_.Check(stream, Name());  // synchronises: the payload is in *out
-    last_n_ = n;
-  }
-
-  void Decode(std::string_view bytes, int64_t n, float* out, Stream stream) override {
-    const uint8_t* dev = UploadBytes(bytes, &upload_, stream);
-    error_.Clear(stream);
-    q_->DecodeAsync(bytes, dev, n, out, error_.device(), stream);
-    error_.Check(stream, Name());
-  }
-
-  void SubtractDecoded(float* e, int64_t n, Stream stream) override {
-    GP_ENFORCE_AS(Internal, n == last_n_, Name(), ": SubtractDecoded of ", n,
-                  " elements without an encode of as many");
-    q_->SubtractDecodedAsync(payload_.data(), n, e, stream);
-  }
-
-  void SaveState(std::string* out) const override { q_->SaveState(out); }
-  void LoadState(std::string_view in) override { q_->LoadState(in); }
-
- private:
-  std::unique_ptr<DeviceQuantizer> q_;
-  DeviceBytes payload_, upload_;
-  ErrorWord error_;
-  int64_t last_n_ = -1;
-};
-
 __global__ void AddInto(const float* __restrict__ in, float* __restrict__ e, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -306,7 +260,7 @@ std::unique_ptr<DeviceCodec> MakeDeviceCodec(const CodecSpec& spec) {
   if (auto q = MakeDeviceQuantizer(spec.codec, r)) {
     GP_ENFORCE(!spec.then, "'then' follows a sparsifier (topk, randomk, threshold, gaussiank, ",
                "dgc); '", spec.codec, "' is not one");
-    codec = std::make_unique<QuantizerCodec>(std::move(q));
+    codec = MakeQuantizerCodec(std::move(q));
   } else {
     std::unique_ptr<DeviceQuantizer> then;
     if (spec.then) {

@@ -36,6 +36,19 @@ inline unsigned BlocksFor(int64_t items, int64_t per_block, int64_t cap) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(blocks, cap)));
 }
 
+// Quantizers of at least kSliceMinElements elements encode and decode in about kSlices
+// slices, so that the codec's payload copies overlap the next slice's kernels (PayloadSlice).
+constexpr int64_t kSliceMinElements = int64_t{1} << 20;
+constexpr int64_t kSlices = 8;
+
+// How many units (buckets, elements) a slice takes of `total`: all of them for small tensors,
+// else about total / kSlices rounded up to a multiple of `align` (> 0).
+inline int64_t SliceStep(int64_t n, int64_t total, int64_t align) {
+  if (n < kSliceMinElements) return std::max<int64_t>(total, 1);
+  const int64_t step = (total + kSlices - 1) / kSlices;
+  return std::max<int64_t>((step + align - 1) / align * align, 1);
+}
+
 // The first error wins; nullptr (SubtractDecodedAsync on a payload this codec wrote) skips.
 __device__ __forceinline__ void RecordError(int* err, int code) {
   if (err != nullptr) atomicCAS(err, 0, code);

@@ -81,18 +81,20 @@ __global__ void __launch_bounds__(kBlockThreads, 4)
 
 __global__ void __launch_bounds__(kBlockThreads, 4)
     TernEncodeKernel(const float* in, int64_t n, int64_t bucket, const uint32_t* maxima,
-                     uint64_t state0, const uint64_t* jump, const uint64_t* lane_cols, uint8_t* out,
-                     int* err) {
+                     uint64_t state0, const uint64_t* jump, const uint64_t* lane_cols,
+                     int64_t begin, int64_t end, uint8_t* out, int* err) {
   __shared__ float tiles[kWarps][32 * kTileStride];
   const int lane = threadIdx.x % 32;
   float* tile = tiles[threadIdx.x / 32];
   const int64_t nb = (n + bucket - 1) / bucket;
   uint8_t* scales = out + 4;
   uint8_t* stream = scales + 4 * nb;
-  if (blockIdx.x == 0 && threadIdx.x == 0) StoreU32(out, static_cast<uint32_t>(bucket));
+  if (begin == 0 && blockIdx.x == 0 && threadIdx.x == 0)
+    StoreU32(out, static_cast<uint32_t>(bucket));
+  // Elements [begin, end) only (begin and end multiples of 4 or end == n: whole bytes).
   const int64_t warp_first =
-      (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32 * (32 * kChunk);
-  if (warp_first >= n) return;  // the whole warp: nothing below needs it
+      begin + (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32 * (32 * kChunk);
+  if (warp_first >= end) return;  // the whole warp: nothing below needs it
   const int64_t start = warp_first + static_cast<int64_t>(lane) * kChunk;
   // The warp's state after warp_first draws, together; then this lane's chunk start.
   uint64_t state = state0;
@@ -107,14 +109,14 @@ __global__ void __launch_bounds__(kBlockThreads, 4)
   state = ApplyLaneColumns64(lane_cols, lane, state);
   int64_t k = start / bucket;
   int64_t boundary = (k + 1) * bucket;
-  float m = start < n ? BitsFloat(maxima[k]) : 0.f;
+  float m = start < end ? BitsFloat(maxima[k]) : 0.f;
   float inv = TernInverse(m);
   uint32_t byte = 0;
   for (int p = 0; p < kChunk / kPiece; ++p) {
-    StagePiece(tile, in, n, warp_first, p, lane);
+    StagePiece(tile, in, end, warp_first, p, lane);
     for (int q = 0; q < kPiece; ++q) {
       const int64_t i = start + p * kPiece + q;
-      if (i >= n) break;
+      if (i >= end) break;
       if (i == boundary) {
         ++k;
         boundary += bucket;
@@ -128,7 +130,7 @@ __global__ void __launch_bounds__(kBlockThreads, 4)
       state = Xorshift64Step(state);
       const float u = UniformOf(Xorshift64Out(state));
       byte |= TernSymbol(u, tile[lane * kTileStride + q], inv) << (2 * (i & 3));
-      if ((i & 3) == 3 || i == n - 1) {  // chunks start on a byte: each byte has one writer
+      if ((i & 3) == 3 || i == end - 1) {  // chunks start on a byte: each byte has one writer
         stream[i >> 2] = static_cast<uint8_t>(byte);
         byte = 0;
       }
@@ -138,18 +140,18 @@ __global__ void __launch_bounds__(kBlockThreads, 4)
 }
 
 template <bool kSubtract>
-__global__ void TernDecodeKernel(const uint8_t* payload, int64_t n, uint32_t bucket, float* out,
-                                 int* err) {
+__global__ void TernDecodeKernel(const uint8_t* payload, int64_t n, uint32_t bucket, int64_t begin,
+                                 int64_t end, float* out, int* err) {
   const int64_t nb = (n + bucket - 1) / bucket;
   const uint8_t* scales = payload + 4;
   const uint8_t* stream = scales + 4 * nb;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (tid == 0 && n > 0) {
+  if (tid == 0 && end == n && n > 0) {
     const uint64_t bits = 2 * static_cast<uint64_t>(n);
     if (!PaddingClear(stream[(bits + 7) / 8 - 1], bits)) RecordError(err, kPaddingBits);
   }
-  for (int64_t i = tid; i < n; i += stride) {
+  for (int64_t i = begin + tid; i < end; i += stride) {
     const uint32_t k = static_cast<uint32_t>(i) / bucket;  // n < 2^31
     const float s = LoadF32(scales + 4 * static_cast<uint64_t>(k));
     if (!(FiniteF(s) && s >= 0.f)) RecordError(err, kBadScale);
@@ -167,48 +169,65 @@ class TernGradQuantizer : public DeviceQuantizer {
   std::string Name() const override { return "terngrad"; }
   size_t EncodedBytes(int64_t n) const override { return Bytes(n, BucketFor(n)); }
 
-  void EncodeAsync(const float* in, int64_t n, const StepContext&, uint8_t* out, int* err,
+  void EncodeAsync(const float* in, int64_t n, const StepContext& ctx, uint8_t* out, int* err,
                    Stream stream) override {
+    EncodeSlicedAsync(in, n, ctx, out, err, stream, [](size_t) {});
+  }
+
+  std::vector<PayloadSlice> EncodeSlices(int64_t n) const override {
+    return Slices(n, BucketFor(n));
+  }
+
+  // The bucket maxima over the whole tensor first, then the symbols slice by slice.
+  void EncodeSlicedAsync(const float* in, int64_t n, const StepContext&, uint8_t* out, int* err,
+                         Stream stream, const SliceHook& done) override {
     GP_ENFORCE(n <= INT32_MAX, "terngrad: ", n, " elements exceed the device codec's 2^31 - 1");
     const int64_t bucket = BucketFor(n), nb = (n + bucket - 1) / bucket;
     const uint64_t* lane_cols = LaneTable(stream);
     uint32_t* maxima = maxima_.as<uint32_t>(static_cast<size_t>(std::max<int64_t>(nb, 1)));
-    const unsigned grid = BlocksFor((n + kChunk - 1) / kChunk, kBlockThreads, INT32_MAX);
     if (n > 0) {
       CheckCuda(cudaMemsetAsync(maxima, 0, nb * sizeof(uint32_t), AsCuda(stream)),
                 "terngrad: cudaMemsetAsync");
+      const unsigned grid = BlocksFor((n + kChunk - 1) / kChunk, kBlockThreads, INT32_MAX);
       TernMaxKernel<<<grid, kBlockThreads, 0, AsCuda(stream)>>>(in, n, bucket, maxima);
       CheckCuda(cudaGetLastError(), "terngrad: max kernel");
     }
-    TernEncodeKernel<<<grid, kBlockThreads, 0, AsCuda(stream)>>>(
-        in, n, bucket, maxima, rng_.state(), DeviceJumpTable64(), lane_cols, out, err);
-    CheckCuda(cudaGetLastError(), "terngrad: encode kernel");
+    const std::vector<PayloadSlice> slices = Slices(n, bucket);
+    for (size_t c = 0; c < slices.size(); ++c) {
+      const int64_t begin = slices[c].begin, end = slices[c].end;
+      const unsigned grid =
+          BlocksFor((end - begin + kChunk - 1) / kChunk, kBlockThreads, INT32_MAX);
+      TernEncodeKernel<<<grid, kBlockThreads, 0, AsCuda(stream)>>>(
+          in, n, bucket, maxima, rng_.state(), DeviceJumpTable64(), lane_cols, begin, end, out,
+          err);
+      CheckCuda(cudaGetLastError(), "terngrad: encode kernel");
+      done(c);
+    }
     rng_.set_state(Advance64(HostJumpTable64(), rng_.state(), static_cast<uint64_t>(n)));
   }
 
   void DecodeAsync(std::string_view host_bytes, const uint8_t* dev_bytes, int64_t n, float* out,
                    int* err, Stream stream) override {
-    GP_ENFORCE(n <= INT32_MAX, "terngrad: ", n, " elements exceed the device codec's 2^31 - 1");
-    ByteReader r(host_bytes, "terngrad");
-    const uint32_t bucket = r.Get<uint32_t>("bucket_size");
-    GP_ENFORCE(bucket >= 1, "terngrad: bucket_size must be at least 1");
-    const size_t expect = Bytes(n, bucket);
-    GP_ENFORCE(host_bytes.size() == expect, "terngrad: payload has ", host_bytes.size(),
-               " bytes, expected ", expect, " for ", n, " elements");
-    if (n == 0) return;
-    TernDecodeKernel<false>
-        <<<BlocksFor(n, kBlockThreads, GridStrideCap()), kBlockThreads, 0, AsCuda(stream)>>>(
-            dev_bytes, n, bucket, out, err);
-    CheckCuda(cudaGetLastError(), "terngrad: decode kernel");
+    DecodeSlicedAsync(host_bytes, dev_bytes, n, out, err, stream, [](size_t) {});
+  }
+
+  std::vector<PayloadSlice> DecodeSlices(std::string_view host_bytes, int64_t n) const override {
+    return Slices(n, Validate(host_bytes, n));
+  }
+
+  void DecodeSlicedAsync(std::string_view host_bytes, const uint8_t* dev_bytes, int64_t n,
+                         float* out, int* err, Stream stream, const SliceHook& ready) override {
+    const uint32_t bucket = Validate(host_bytes, n);
+    const std::vector<PayloadSlice> slices = Slices(n, bucket);
+    for (size_t c = 0; c < slices.size(); ++c) {
+      ready(c);
+      DecodeRange<false>(dev_bytes, n, bucket, slices[c].begin, slices[c].end, out, err, stream);
+    }
   }
 
   void SubtractDecodedAsync(const uint8_t* dev_bytes, int64_t n, float* e, Stream stream) override {
-    if (n == 0) return;
     const auto bucket = static_cast<uint32_t>(BucketFor(n));
-    TernDecodeKernel<true>
-        <<<BlocksFor(n, kBlockThreads, GridStrideCap()), kBlockThreads, 0, AsCuda(stream)>>>(
-            dev_bytes, n, bucket, e, nullptr);
-    CheckCuda(cudaGetLastError(), "terngrad: subtract kernel");
+    DecodeRange<true>(dev_bytes, n, bucket, 0, n, e, nullptr, stream);
   }
 
   void SaveState(std::string* out) const override { SaveRngState(rng_, out); }
@@ -219,6 +238,49 @@ class TernGradQuantizer : public DeviceQuantizer {
   static size_t Bytes(int64_t n, int64_t bucket) {
     const int64_t nb = (n + bucket - 1) / bucket;
     return static_cast<size_t>(4 + 4 * nb + (2 * n + 7) / 8);
+  }
+  // Slices of whole warps' runs (so whole bytes of symbols): slice [b, e) owns the scales of
+  // the buckets that start in it (slice 0 the header too) and its elements' symbol bytes. A
+  // decode slice also reads the scale of a bucket begun earlier, which an earlier slice owns.
+  static std::vector<PayloadSlice> Slices(int64_t n, int64_t bucket) {
+    const int64_t nb = (n + bucket - 1) / bucket;
+    const size_t symbols = static_cast<size_t>(4 + 4 * nb);
+    const int64_t step = SliceStep(n, n, 32 * kChunk);
+    std::vector<PayloadSlice> slices;
+    for (int64_t b = 0;; b += step) {
+      PayloadSlice s;
+      s.begin = b;
+      s.end = std::min(b + step, n);
+      const int64_t k0 = (b + bucket - 1) / bucket, k1 = (s.end + bucket - 1) / bucket;
+      s.offset[0] = b == 0 ? 0 : static_cast<size_t>(4 + 4 * k0);
+      s.bytes[0] = static_cast<size_t>(4 + 4 * k1) - s.offset[0];
+      s.offset[1] = symbols + static_cast<size_t>(b / 4);
+      s.bytes[1] = static_cast<size_t>((2 * s.end + 7) / 8 - b / 4);
+      slices.push_back(s);
+      if (s.end >= n) break;
+    }
+    return slices;
+  }
+  // The payload's header checked against n; returns its bucket size.
+  static uint32_t Validate(std::string_view host_bytes, int64_t n) {
+    GP_ENFORCE(n <= INT32_MAX, "terngrad: ", n, " elements exceed the device codec's 2^31 - 1");
+    ByteReader r(host_bytes, "terngrad");
+    const uint32_t bucket = r.Get<uint32_t>("bucket_size");
+    GP_ENFORCE(bucket >= 1, "terngrad: bucket_size must be at least 1");
+    const size_t expect = Bytes(n, bucket);
+    GP_ENFORCE(host_bytes.size() == expect, "terngrad: payload has ", host_bytes.size(),
+               " bytes, expected ", expect, " for ", n, " elements");
+    return bucket;
+  }
+  template <bool kSubtract>
+  static void DecodeRange(const uint8_t* dev_bytes, int64_t n, uint32_t bucket, int64_t begin,
+                          int64_t end, float* out, int* err, Stream stream) {
+    if (end <= begin) return;
+    TernDecodeKernel<kSubtract>
+        <<<BlocksFor(end - begin, kBlockThreads, GridStrideCap()), kBlockThreads, 0,
+           AsCuda(stream)>>>(dev_bytes, n, bucket, begin, end, out, err);
+    CheckCuda(cudaGetLastError(),
+              kSubtract ? "terngrad: subtract kernel" : "terngrad: decode kernel");
   }
   // The lane table on the device, uploaded at the first encode (the host copy is static, so
   // the asynchronous copy may outlive this call).

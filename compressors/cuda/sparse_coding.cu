@@ -1,9 +1,10 @@
 // The index codings of the device sparsifiers (sparse_parts.h): delta varints written in
-// parallel (lengths, exclusive scan, each thread writes its own), their decoding (each
+// parallel (one exclusive scan of their lengths whose output writes each one), their decoding (each
 // varint's start is the byte after a terminator; a scan of terminators numbers them; a scan of
 // the gaps gives the indices), int32 lists, randomk's stratified indices (one jump-ahead per
 // thread, then steps), and the scatters that write decoded values.
 #include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/tabulate_output_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kStratumChunk = 32;  // randomk indices per thread: one jump-ahead, then steps
+constexpr int kStratumBatch = 8;   // value loads a thread keeps in flight
 constexpr int kMaxBlocks = 16384;  // grid-stride kernels cover the rest
 
 void* Temp(DeviceBytes* b, size_t bytes) {
@@ -32,18 +34,28 @@ __device__ void RecordError(int* err, int code) { atomicCAS(err, 0, code); }
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (count); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
-// lens[j] = bytes of varint j, and lens[k] = 0 so that the exclusive scan's last entry is the
-// total.
-__global__ void DeltaLengthsKernel(const int32_t* idx, int64_t k, int64_t* lens) {
-  GP_GRID_STRIDE(j, k + 1) {
-    lens[j] = j < k ? VarintLength(DeltaGap(idx[j], j > 0 ? idx[j - 1] : -1)) : 0;
+// The delta scan's input: bytes of varint j, and 0 at j = k so that the exclusive scan's
+// entry k is the total.
+struct VarintLengthOp {
+  const int32_t* idx;
+  int64_t k;
+  __host__ __device__ int64_t operator()(int64_t j) const {
+    return j < k ? VarintLength(DeltaGap(idx[j], j > 0 ? idx[j - 1] : -1)) : 0;
   }
-}
-
-__global__ void DeltaWriteKernel(const int32_t* idx, int64_t k, const int64_t* offsets,
-                                 uint8_t* out) {
-  GP_GRID_STRIDE(j, k) { WriteVarint(DeltaGap(idx[j], j > 0 ? idx[j - 1] : -1), out + offsets[j]); }
-}
+};
+// Its output: varint j written at its offset (each thread its own), and the total.
+struct PutVarintAt {
+  const int32_t* idx;
+  int64_t k;
+  uint8_t* out;
+  long long* total;
+  __host__ __device__ void operator()(ptrdiff_t j, int64_t offset) const {
+    if (j < k)
+      WriteVarint(DeltaGap(idx[j], j > 0 ? idx[j - 1] : -1), out + offset);
+    else
+      *total = offset;
+  }
+};
 
 __global__ void Int32PositionsKernel(const uint8_t* p, int64_t k, int64_t n, int64_t* pos,
                                      int* err) {
@@ -57,23 +69,42 @@ __global__ void Int32PositionsKernel(const uint8_t* p, int64_t k, int64_t n, int
 
 // Indices j of StratifiedIndices for the Rng state state0: with `in`, also the kept values
 // (randomk's encode); without, int64 positions (its decode).
-__global__ void StratifiedKernel(const float* in, uint64_t state0, const uint64_t* jump, int64_t k,
-                                 int64_t n, bool unbiased, int32_t* idx, float* val, int64_t* pos) {
+__global__ void StratifiedKernel(const float* __restrict__ in, uint64_t state0,
+                                 const uint64_t* jump, int64_t k, int64_t n, bool unbiased,
+                                 int32_t* idx, float* val, int64_t* pos) {
   const int64_t first =
       (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * kStratumChunk;
   if (first >= k) return;
   const int64_t last = first + kStratumChunk < k ? first + kStratumChunk : k;
   uint64_t state = Advance64(jump, state0, static_cast<uint64_t>(first));
-  for (int64_t j = first; j < last; ++j) {
-    state = Xorshift64Step(state);
-    int64_t size = 0;
-    const int32_t i = StratifiedIndex(state, j, k, n, &size);
-    if (in != nullptr) {
-      const float v = in[i];
-      idx[j] = i;
-      val[j] = unbiased ? v * static_cast<float>(size) : v;
-    } else {
-      pos[j] = i;
+  // A batch's indices first, then its loads together (one at a time, each would wait out the
+  // memory latency).
+  for (int64_t j0 = first; j0 < last; j0 += kStratumBatch) {
+    int32_t at[kStratumBatch];
+    int64_t size[kStratumBatch];
+#pragma unroll
+    for (int b = 0; b < kStratumBatch; ++b) {
+      at[b] = -1;
+      size[b] = 0;
+      if (j0 + b < last) {
+        state = Xorshift64Step(state);
+        at[b] = StratifiedIndex(state, j0 + b, k, n, &size[b]);
+      }
+    }
+    if (in == nullptr) {
+#pragma unroll
+      for (int b = 0; b < kStratumBatch; ++b)
+        if (at[b] >= 0) pos[j0 + b] = at[b];
+      continue;
+    }
+    float v[kStratumBatch];
+#pragma unroll
+    for (int b = 0; b < kStratumBatch; ++b) v[b] = at[b] >= 0 ? in[at[b]] : 0.f;
+#pragma unroll
+    for (int b = 0; b < kStratumBatch; ++b) {
+      if (at[b] < 0) continue;
+      idx[j0 + b] = at[b];
+      val[j0 + b] = unbiased ? v[b] * static_cast<float>(size[b]) : v[b];
     }
   }
 }
@@ -147,19 +178,21 @@ void ReadBack::Get(const void* dev, size_t bytes, void* host, Stream stream) {
 const uint8_t* DeltaEncoder::Encode(const int32_t* idx, int64_t k, int64_t* bytes, Stream stream) {
   *bytes = 0;
   if (k == 0) return nullptr;
-  int64_t* lens = lens_.as<int64_t>(k + 1);
-  int64_t* offsets = offsets_.as<int64_t>(k + 1);
+  auto* total = total_.as<long long>(1);
   uint8_t* out = out_.as<uint8_t>(5 * static_cast<size_t>(k));  // a gap < 2^31 takes <= 5
-  DeltaLengthsKernel<<<GridFor(k + 1, kThreads), kThreads, 0, stream>>>(idx, k, lens);
-  CheckCuda(cudaGetLastError(), "sparsifier: varint lengths");
+  // One scan: lengths computed as it reads, varints written as it writes (no length or
+  // offset arrays, no separate kernels).
+  thrust::transform_iterator<VarintLengthOp, thrust::counting_iterator<int64_t>, int64_t> lens(
+      thrust::counting_iterator<int64_t>(0), VarintLengthOp{idx, k});
+  auto put = thrust::make_tabulate_output_iterator(PutVarintAt{idx, k, out, total});
   size_t temp = 0;
-  CheckCuda(cub::DeviceScan::ExclusiveSum(nullptr, temp, lens, offsets, k + 1, stream),
+  CheckCuda(cub::DeviceScan::ExclusiveSum(nullptr, temp, lens, put, k + 1, stream),
             "sparsifier: varint offsets size");
-  CheckCuda(cub::DeviceScan::ExclusiveSum(Temp(&temp_, temp), temp, lens, offsets, k + 1, stream),
-            "sparsifier: varint offsets");
-  DeltaWriteKernel<<<GridFor(k, kThreads), kThreads, 0, stream>>>(idx, k, offsets, out);
-  CheckCuda(cudaGetLastError(), "sparsifier: write varints");
-  read_.Get(offsets + k, sizeof(int64_t), bytes, stream);
+  CheckCuda(cub::DeviceScan::ExclusiveSum(Temp(&temp_, temp), temp, lens, put, k + 1, stream),
+            "sparsifier: write varints");
+  long long host_total = 0;
+  read_.Get(total, sizeof(host_total), &host_total, stream);
+  *bytes = host_total;
   GP_ENFORCE_AS(Internal, *bytes >= k && *bytes <= 5 * k, "sparsifier: ", *bytes,
                 " varint bytes for ", k, " indices");
   return out;

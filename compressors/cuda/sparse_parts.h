@@ -30,6 +30,35 @@ class ReadBack {
   PinnedBytes pinned_;
 };
 
+// A selection's bounds: keep v > hi || v < lo; t is the threshold the host's retry rules see.
+struct Bounds {
+  float lo, hi, t;
+};
+
+// The device words of a radix select (sparse_radix.cu), zeroed before its first pass.
+struct RadixState {
+  unsigned int prefix;  // the selected key once the last pass has run
+  unsigned int unused;
+  long long greater;     // keys above the selected one
+  unsigned int done[4];  // blocks finished per pass (the last one picks the bin)
+};
+
+// The key at descending rank `rank` of `count` 31-bit keys, on the device without a host
+// sync: three histogram passes, the last block of each picking the bin (RadixDigit,
+// RadixBinHolds). The keys are keys[i], or MagnitudeBits(vals[i]) when keys is null.
+class RadixSelect {
+ public:
+  // 0 <= rank < count. When `bounds` is set, the last pass also sets it to (-t, t, t) with
+  // t = NextTowardZero(key) (SampledAbsThreshold's threshold).
+  void Run(const uint32_t* keys, const float* vals, int64_t count, int64_t rank, Bounds* bounds,
+           Stream stream);
+  // The result of the last Run (device memory, valid once it has run on the stream).
+  const RadixState* state() const { return reinterpret_cast<const RadixState*>(scratch_.data()); }
+
+ private:
+  DeviceBytes scratch_;  // RadixState, then the histograms of the passes
+};
+
 // The selection of topk, dgc, threshold and gaussiank: filter bounds on the device, one pass
 // that keeps in[i] > hi || in[i] < lo in index order (FilterOutside), and KeepLargest.
 class DeviceSelector {
@@ -55,8 +84,9 @@ class DeviceSelector {
  private:
   int64_t survivors_ = 0, capacity_ = 0;
   DeviceBytes control_;  // SelectControl (sparse_select.cu): count, bounds, threshold
-  DeviceBytes temp_, keys_a_, keys_b_, pos_a_, pos_b_, flags_, slots_;
+  DeviceBytes temp_, keys_;
   DeviceBytes surv_idx_, surv_val_, kept_idx_, kept_val_, partials_;
+  RadixSelect radix_;
   ReadBack read_;
 };
 
@@ -68,7 +98,7 @@ class DeltaEncoder {
   const uint8_t* Encode(const int32_t* idx, int64_t k, int64_t* bytes, Stream stream);
 
  private:
-  DeviceBytes lens_, offsets_, out_, temp_;
+  DeviceBytes total_, out_, temp_;
   ReadBack read_;
 };
 

@@ -2,9 +2,9 @@
 // device. Bounds come from the host, from the CPU's own sample (SampledAbsThreshold, drawn
 // with jump-ahead so the threshold and the Rng's next state are the CPU's), or from a Gaussian
 // fit; one cub::DeviceSelect pass then keeps in[i] outside the bounds in index order, writing
-// through a capped output so that the buffers follow the survivors rather than n; the exact
-// cut to k sorts the survivors' magnitudes (stable, so ties stay in index order) and compacts
-// the first k back into index order.
+// through a capped output so that the buffers follow the survivors rather than n. The sampled
+// threshold is an order statistic found by RadixSelect; the exact cut to k (KeepLargest) is
+// in sparse_radix.cu.
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/tabulate_output_iterator.h>
 
@@ -21,15 +21,14 @@ namespace gradpress::compressors::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kSampleChunk = 64;      // samples per thread: one jump-ahead, then steps
-constexpr int kMomentBlocks = 1024;   // partial sums of gaussiank's moments, summed in order
-constexpr int kMagnitudeEndBit = 31;  // MagnitudeBits leaves bit 31 clear
+constexpr int kSampleChunk = 64;     // samples per thread: one jump-ahead, then steps
+constexpr int kSampleBatch = 16;     // sample loads a thread keeps in flight
+constexpr int kMomentBlocks = 1024;  // partial sums of gaussiank's moments, summed in order
 
 // The device words of a selection, read back together after each compaction.
 struct SelectControl {
   long long count;  // survivors of the last compaction (cub::DeviceSelect's count)
-  float lo, hi;     // keep v > hi || v < lo
-  float t;          // the threshold the host's retry rules look at
+  Bounds b;
   int unused;
 };
 
@@ -40,9 +39,9 @@ void* Temp(DeviceBytes* b, size_t bytes) {
 
 __global__ void SetBoundsKernel(SelectControl* c, float lo, float hi, float t) {
   if (blockIdx.x == 0 && threadIdx.x == 0) {
-    c->lo = lo;
-    c->hi = hi;
-    c->t = t;
+    c->b.lo = lo;
+    c->b.hi = hi;
+    c->b.t = t;
   }
 }
 
@@ -53,27 +52,33 @@ __global__ void AbsKeysKernel(const float* in, int64_t n, uint32_t* keys) {
     keys[i] = MagnitudeBits(in[i]);
 }
 
-// Sample s < m reads in[SamplePosition(s)] with draw s of the Rng whose state is state0.
-__global__ void SampleKeysKernel(const float* in, int64_t n, int64_t m, double stride,
-                                 uint64_t state0, const uint64_t* jump, uint32_t* keys) {
+// Sample s < m reads in[SamplePosition(s)] with draw s of the Rng whose state is state0. The
+// positions of a batch are drawn first so that its loads are in flight together (a load per
+// step would wait out the memory latency kSampleChunk times in a row).
+__global__ void SampleKeysKernel(const float* __restrict__ in, int64_t n, int64_t m, double stride,
+                                 uint64_t state0, const uint64_t* jump,
+                                 uint32_t* __restrict__ keys) {
   const int64_t first =
       (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * kSampleChunk;
   if (first >= m) return;
   const int64_t last = first + kSampleChunk < m ? first + kSampleChunk : m;
   uint64_t state = Advance64(jump, state0, static_cast<uint64_t>(first));
-  for (int64_t s = first; s < last; ++s) {
-    state = Xorshift64Step(state);
-    keys[s] = MagnitudeBits(in[SamplePosition(s, n, stride, Xorshift64Out(state))]);
-  }
-}
-
-// t = nextafter(sorted[nth], 0): the sample value `above` from the top passes a strict '>'.
-__global__ void ThresholdKernel(const uint32_t* sorted, int64_t nth, SelectControl* c) {
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    const float t = NextTowardZero(sorted[nth]);
-    c->t = t;
-    c->lo = -t;
-    c->hi = t;
+  for (int64_t s0 = first; s0 < last; s0 += kSampleBatch) {
+    int64_t pos[kSampleBatch];
+#pragma unroll
+    for (int j = 0; j < kSampleBatch; ++j) {
+      pos[j] = -1;
+      if (s0 + j < last) {
+        state = Xorshift64Step(state);
+        pos[j] = SamplePosition(s0 + j, n, stride, Xorshift64Out(state));
+      }
+    }
+    float v[kSampleBatch];
+#pragma unroll
+    for (int j = 0; j < kSampleBatch; ++j) v[j] = pos[j] >= 0 ? in[pos[j]] : 0.f;
+#pragma unroll
+    for (int j = 0; j < kSampleBatch; ++j)
+      if (pos[j] >= 0) keys[s0 + j] = MagnitudeBits(v[j]);
   }
 }
 
@@ -118,19 +123,18 @@ __global__ void GaussianBoundsKernel(const double* partials, int blocks, const f
       lo = hi = __int_as_float(0x7FC00000);  // NaN bounds keep nothing
       atomicCAS(err, 0, static_cast<int>(kNonFiniteInput));
     }
-    c->lo = lo;
-    c->hi = hi;
-    c->t = 0.f;
+    c->b.lo = lo;
+    c->b.hi = hi;
+    c->b.t = 0.f;
   }
 }
 
 // The compaction's predicate and its capped output (positions >= cap are only counted).
+// The predicate sees the value itself (FlaggedIf loads the gradient as the flags, coalesced),
+// while the selected items are the indices.
 struct OutsideOp {
-  const float* in;
   const SelectControl* c;
-  __host__ __device__ bool operator()(int32_t i) const {
-    return OutsideBounds(in[i], c->lo, c->hi);
-  }
+  __host__ __device__ bool operator()(float v) const { return OutsideBounds(v, c->b.lo, c->b.hi); }
 };
 struct PutSurvivor {
   const float* in;
@@ -145,39 +149,6 @@ struct PutSurvivor {
   }
 };
 
-__global__ void MagnitudeKeysKernel(const float* val, int64_t c, uint32_t* keys, int32_t* pos) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < c;
-       i += stride) {
-    keys[i] = MagnitudeBits(val[i]);
-    pos[i] = static_cast<int32_t>(i);
-  }
-}
-
-// Flags the survivors whose positions the descending sort put in its first k places.
-__global__ void MarkKeptKernel(const int32_t* sorted_pos, int64_t k, int64_t c, int32_t* flags) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < k;
-       r += stride) {
-    const int32_t p = sorted_pos[r];
-    if (p >= 0 && p < c) flags[p] = 1;
-  }
-}
-
-__global__ void GatherKeptKernel(const int32_t* flags, const int32_t* slots, const int32_t* idx,
-                                 const float* val, int64_t c, int64_t k, int32_t* out_idx,
-                                 float* out_val) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < c;
-       i += stride) {
-    const int32_t s = slots[i];
-    if (flags[i] && s >= 0 && s < k) {
-      out_idx[s] = idx[i];
-      out_val[s] = val[i];
-    }
-  }
-}
-
 }  // namespace
 
 void DeviceSelector::SetBounds(float lo, float hi, float t, Stream stream) {
@@ -191,8 +162,7 @@ void DeviceSelector::SampleBounds(const float* in, int64_t n, double ratio, int6
   GP_ENFORCE_AS(Internal, n > 0, "sparsifier: SampleBounds on an empty tensor");
   const bool all = m >= n;
   const int64_t size = all ? n : std::max<int64_t>(m, 1);
-  uint32_t* a = keys_a_.as<uint32_t>(size);
-  uint32_t* b = keys_b_.as<uint32_t>(size);
+  uint32_t* a = keys_.as<uint32_t>(size);
   if (all) {
     AbsKeysKernel<<<GridFor(n, kThreads), kThreads, 0, stream>>>(in, n, a);
   } else {
@@ -206,16 +176,9 @@ void DeviceSelector::SampleBounds(const float* in, int64_t n, double ratio, int6
   CheckCuda(cudaGetLastError(), "sparsifier: sample magnitudes");
   const int64_t above = std::clamp<int64_t>(
       static_cast<int64_t>(std::ceil(ratio * static_cast<double>(size))), 1, size);
-  cub::DoubleBuffer<uint32_t> keys(a, b);
-  size_t bytes = 0;
-  CheckCuda(cub::DeviceRadixSort::SortKeys(nullptr, bytes, keys, static_cast<int>(size), 0,
-                                           kMagnitudeEndBit, stream),
-            "sparsifier: sample sort size");
-  CheckCuda(cub::DeviceRadixSort::SortKeys(Temp(&temp_, bytes), bytes, keys, static_cast<int>(size),
-                                           0, kMagnitudeEndBit, stream),
-            "sparsifier: sample sort");
-  ThresholdKernel<<<1, 1, 0, stream>>>(keys.Current(), size - above, control_.as<SelectControl>(1));
-  CheckCuda(cudaGetLastError(), "sparsifier: sampled threshold");
+  // nth_element's key at ascending place size - above is the one at descending rank above - 1;
+  // the select sets the bounds to -+nextafter(key, 0) so that it passes a strict '>'.
+  radix_.Run(a, nullptr, size, above - 1, &control_.as<SelectControl>(1)->b, stream);
 }
 
 void DeviceSelector::GaussianBounds(const float* in, int64_t n, double z, int* err, Stream stream) {
@@ -241,16 +204,16 @@ int64_t DeviceSelector::Compact(const float* in, int64_t n, int64_t expected, fl
     auto out = thrust::make_tabulate_output_iterator(PutSurvivor{in, idx, val, capacity_});
     thrust::counting_iterator<int32_t> items(0);
     size_t bytes = 0;
-    CheckCuda(
-        cub::DeviceSelect::If(nullptr, bytes, items, out, &c->count, n, OutsideOp{in, c}, stream),
-        "sparsifier: compaction size");
-    CheckCuda(cub::DeviceSelect::If(Temp(&temp_, bytes), bytes, items, out, &c->count, n,
-                                    OutsideOp{in, c}, stream),
+    CheckCuda(cub::DeviceSelect::FlaggedIf(nullptr, bytes, items, in, out, &c->count, n,
+                                           OutsideOp{c}, stream),
+              "sparsifier: compaction size");
+    CheckCuda(cub::DeviceSelect::FlaggedIf(Temp(&temp_, bytes), bytes, items, in, out, &c->count, n,
+                                           OutsideOp{c}, stream),
               "sparsifier: compaction");
     SelectControl host;
     read_.Get(c, sizeof(host), &host, stream);
     survivors_ = host.count;
-    *t = host.t;
+    *t = host.b.t;
     GP_ENFORCE_AS(Internal, survivors_ >= 0 && survivors_ <= n, "sparsifier: compaction kept ",
                   survivors_, " of ", n);
     if (survivors_ <= capacity_) break;
@@ -263,45 +226,6 @@ int64_t DeviceSelector::Compact(const float* in, int64_t n, int64_t expected, fl
 Kept DeviceSelector::Survivors() {
   return Kept{reinterpret_cast<const int32_t*>(surv_idx_.data()),
               reinterpret_cast<const float*>(surv_val_.data()), survivors_, 0};
-}
-
-Kept DeviceSelector::KeepLargest(int64_t k, Stream stream) {
-  if (survivors_ <= k) return Survivors();
-  if (k <= 0) return Kept{};
-  const int64_t c = survivors_;
-  const int items = static_cast<int>(c);
-  const auto* idx = reinterpret_cast<const int32_t*>(surv_idx_.data());
-  const auto* val = reinterpret_cast<const float*>(surv_val_.data());
-  cub::DoubleBuffer<uint32_t> keys(keys_a_.as<uint32_t>(c), keys_b_.as<uint32_t>(c));
-  cub::DoubleBuffer<int32_t> pos(pos_a_.as<int32_t>(c), pos_b_.as<int32_t>(c));
-  MagnitudeKeysKernel<<<GridFor(c, kThreads), kThreads, 0, stream>>>(val, c, keys.Current(),
-                                                                     pos.Current());
-  CheckCuda(cudaGetLastError(), "sparsifier: magnitude keys");
-  // Stable: equal magnitudes keep their (index) order, so the first k are KeepLargest's.
-  size_t bytes = 0;
-  CheckCuda(cub::DeviceRadixSort::SortPairsDescending(nullptr, bytes, keys, pos, items, 0,
-                                                      kMagnitudeEndBit, stream),
-            "sparsifier: magnitude sort size");
-  CheckCuda(cub::DeviceRadixSort::SortPairsDescending(Temp(&temp_, bytes), bytes, keys, pos, items,
-                                                      0, kMagnitudeEndBit, stream),
-            "sparsifier: magnitude sort");
-  int32_t* flags = flags_.as<int32_t>(c);
-  int32_t* slots = slots_.as<int32_t>(c);
-  CheckCuda(cudaMemsetAsync(flags, 0, static_cast<size_t>(c) * sizeof(int32_t), stream),
-            "sparsifier: clear flags");
-  MarkKeptKernel<<<GridFor(k, kThreads), kThreads, 0, stream>>>(pos.Current(), k, c, flags);
-  CheckCuda(cudaGetLastError(), "sparsifier: mark kept");
-  bytes = 0;
-  CheckCuda(cub::DeviceScan::ExclusiveSum(nullptr, bytes, flags, slots, items, stream),
-            "sparsifier: kept slots size");
-  CheckCuda(cub::DeviceScan::ExclusiveSum(Temp(&temp_, bytes), bytes, flags, slots, items, stream),
-            "sparsifier: kept slots");
-  int32_t* out_idx = kept_idx_.as<int32_t>(k);
-  float* out_val = kept_val_.as<float>(k);
-  GatherKeptKernel<<<GridFor(c, kThreads), kThreads, 0, stream>>>(flags, slots, idx, val, c, k,
-                                                                  out_idx, out_val);
-  CheckCuda(cudaGetLastError(), "sparsifier: gather kept");
-  return Kept{out_idx, out_val, k, 0};
 }
 
 }  // namespace gradpress::compressors::cuda

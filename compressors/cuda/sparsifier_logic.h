@@ -11,8 +11,9 @@
 //             drawing once from the codec's Rng for each s in order (when m < n).
 //   filters   FilterOutside (selection.cc): keep v > hi || v < lo (NaN never kept).
 //   top-k     KeepLargest: k largest magnitudes, ties at the k-th go to lower indices; on the
-//             device a stable descending sort of the magnitude bits of the survivors (which
-//             arrive in index order) puts exactly the kept ones first.
+//             device a radix select finds the k-th largest magnitude bits and a scan keeps
+//             the keys above it and the first equal ones (survivors arrive in index order).
+//             The sampled threshold's order statistic uses the same select.
 //   delta     Sparsifier::WriteIndices/ReadIndices (sparsifier.cc): varint gaps, gap - 1
 //             after the first; decoding mirrors ByteReader::GetVarint's limits.
 //   gaussiank MeanStd's final arithmetic (the sums themselves are reduced in another order
@@ -65,6 +66,45 @@ GP_HD uint32_t MagnitudeBits(float v) { return FloatBits(v) & 0x7FFFFFFFu; }
 GP_HD float NextTowardZero(uint32_t mag_bits) {
   if (mag_bits == 0 || mag_bits > 0x7F800000u) return BitsFloat(mag_bits);
   return BitsFloat(mag_bits - 1);
+}
+
+// ---- radix select (sparse_radix.cu): the key at descending rank r ---------------------------
+
+// Three passes over 31-bit keys fix bits 30..20 (2048 bins), 19..10 and 9..0 (1024 bins).
+constexpr int kRadixPasses = 3;
+constexpr int kRadixMaxBins = 2048;
+GP_HD int RadixShift(int pass) { return pass == 0 ? 20 : (pass == 1 ? 10 : 0); }
+GP_HD int RadixBins(int pass) { return pass == 0 ? 2048 : 1024; }
+
+// The bin of `key` in `pass`, or -1 when the bits that earlier passes fixed (in prefix) differ.
+GP_HD int RadixDigit(uint32_t key, int pass, uint32_t prefix) {
+  const int shift = RadixShift(pass);
+  const int top = pass == 0 ? 31 : shift + 10;
+  if ((key >> top) != (prefix >> top)) return -1;
+  return static_cast<int>((key >> shift) & static_cast<uint32_t>(RadixBins(pass) - 1));
+}
+
+// Whether the bin with `above` matching keys in higher bins and `in_bin` of its own holds the
+// key at descending rank `rank` (counted among the matching keys).
+GP_HD bool RadixBinHolds(int64_t above, int64_t in_bin, int64_t rank) {
+  return above <= rank && rank < above + in_bin;
+}
+
+// KeepLargest's compaction around the k-th largest key `kth` with `greater` keys above it:
+// a scan of these flags (keys above in the high word, keys equal in the low) gives each
+// survivor's slot; the first k - greater equal keys (index order) are kept.
+GP_HD uint64_t KeepFlags(uint32_t key, uint32_t kth) {
+  return key > kth ? (uint64_t{1} << 32) : (key == kth ? uint64_t{1} : uint64_t{0});
+}
+
+// The output slot of a survivor with `key` whose predecessors' KeepFlags sum to `before`, or
+// -1 when it is not kept; ties = k - greater.
+GP_HD int64_t KeepSlot(uint32_t key, uint32_t kth, uint64_t before, int64_t ties) {
+  const auto gt = static_cast<int64_t>(before >> 32);
+  const auto eq = static_cast<int64_t>(before & 0xFFFFFFFFu);
+  if (key > kth) return gt + (eq < ties ? eq : ties);
+  if (key == kth && eq < ties) return gt + eq;
+  return -1;
 }
 
 // ---- filters ------------------------------------------------------------------------------

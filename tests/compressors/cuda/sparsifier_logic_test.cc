@@ -1,12 +1,13 @@
 // Host twins of the device sparsifiers' selection and encoding (compressors/cuda/sparse_*.cu):
 // loops over the same GP_HD functions (sparsifier_logic.h) in the kernels' arrangement
-// (per-thread chunks that jump ahead, stable sorts, scans, writes in any order), whose
+// (per-thread chunks that jump ahead, radix selects, scans, writes in any order), whose
 // payloads and Rng states must equal the CPU codecs' byte for byte.
 #include "compressors/cuda/sparsifier_logic.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -32,7 +33,33 @@ struct Sel {
   std::vector<float> val;
 };
 
-// SampleBounds: keys as SampleKeysKernel (chunks taken in reverse: any order), sorted.
+// RadixSelect: per pass, a histogram of the digits of the keys matching the prefix, its bins
+// scanned from the top for the one holding the rank. Returns the key; *greater = keys above.
+uint32_t TwinRadixSelect(const std::vector<uint32_t>& keys, int64_t rank, int64_t* greater) {
+  uint32_t prefix = 0;
+  *greater = 0;
+  for (int pass = 0; pass < kRadixPasses; ++pass) {
+    std::vector<int64_t> hist(RadixBins(pass), 0);
+    for (uint32_t key : keys) {
+      const int d = RadixDigit(key, pass, prefix);
+      if (d >= 0) ++hist[d];
+    }
+    const int64_t remaining = rank - *greater;
+    int64_t above = 0, found = 0;
+    for (int b = RadixBins(pass) - 1; b >= 0; --b) {
+      if (RadixBinHolds(above, hist[b], remaining)) {
+        prefix |= static_cast<uint32_t>(b) << RadixShift(pass);
+        *greater += above;
+        ++found;
+      }
+      above += hist[b];
+    }
+    REQUIRE(found == 1);  // exactly one thread of the last block picks a bin
+  }
+  return prefix;
+}
+
+// SampleBounds: keys as SampleKeysKernel (chunks taken in reverse: any order), selected.
 float TwinThreshold(const std::vector<float>& in, double ratio, int64_t m, uint64_t* state) {
   const auto n = static_cast<int64_t>(in.size());
   const bool all = m >= n;
@@ -54,8 +81,8 @@ float TwinThreshold(const std::vector<float>& in, double ratio, int64_t m, uint6
   }
   const int64_t above = std::clamp<int64_t>(
       static_cast<int64_t>(std::ceil(ratio * static_cast<double>(size))), 1, size);
-  std::sort(keys.begin(), keys.end());
-  return NextTowardZero(keys[size - above]);
+  int64_t greater = 0;
+  return NextTowardZero(TwinRadixSelect(keys, above - 1, &greater));
 }
 
 Sel TwinFilter(const std::vector<float>& in, float lo, float hi) {
@@ -69,25 +96,27 @@ Sel TwinFilter(const std::vector<float>& in, float lo, float hi) {
   return s;
 }
 
-// KeepLargest: stable descending sort of magnitude bits, mark the first k, scan, gather.
+// KeepLargest: the k-th largest magnitude bits by RadixSelect, then the scan of KeepFlags
+// whose output writes each kept survivor to its KeepSlot (in reverse: any order).
 Sel TwinKeepLargest(const Sel& s, int64_t k) {
   const auto c = static_cast<int64_t>(s.idx.size());
   if (c <= k) return s;
-  std::vector<int32_t> pos(c);
-  std::iota(pos.begin(), pos.end(), 0);
-  std::stable_sort(pos.begin(), pos.end(), [&](int32_t a, int32_t b) {
-    return MagnitudeBits(s.val[a]) > MagnitudeBits(s.val[b]);
-  });
-  std::vector<int32_t> flags(c, 0), slots(c, 0);
-  for (int64_t r = 0; r < k; ++r) flags[pos[r]] = 1;
-  std::exclusive_scan(flags.begin(), flags.end(), slots.begin(), 0);
-  Sel out{std::vector<int32_t>(k), std::vector<float>(k)};
+  std::vector<uint32_t> keys(c);
+  for (int64_t i = 0; i < c; ++i) keys[i] = MagnitudeBits(s.val[i]);
+  int64_t greater = 0;
+  const uint32_t kth = TwinRadixSelect(keys, k - 1, &greater);
+  std::vector<uint64_t> before(c, 0);
+  for (int64_t i = 1; i < c; ++i) before[i] = before[i - 1] + KeepFlags(keys[i - 1], kth);
+  Sel out{std::vector<int32_t>(k, -1), std::vector<float>(k)};
   for (int64_t i = c - 1; i >= 0; --i) {
-    if (flags[i]) {
-      out.idx[slots[i]] = s.idx[i];
-      out.val[slots[i]] = s.val[i];
-    }
+    const int64_t slot = KeepSlot(keys[i], kth, before[i], k - greater);
+    if (slot < 0) continue;
+    REQUIRE(slot < k);
+    REQUIRE(out.idx[slot] == -1);  // each slot written once
+    out.idx[slot] = s.idx[i];
+    out.val[slot] = s.val[i];
   }
+  for (int32_t i : out.idx) REQUIRE(i >= 0);  // and every slot written
   return out;
 }
 
@@ -207,6 +236,30 @@ TEST_CASE("randomk: the twin's payload is the CPU's") {
       w.Put<float>(unbiased ? v * static_cast<float>(size) : v);
     }
     REQUIRE(got == want);
+  }
+}
+
+TEST_CASE("RadixSelect finds the sorted order statistic, ties and NaN included") {
+  for (int trial = 0; trial < 6; ++trial) {
+    std::vector<uint32_t> keys;
+    uint64_t st = 0x9E3779B97F4A7C15ull + trial;
+    const int64_t c = trial == 0 ? 1 : 300 + 517 * trial;
+    for (int64_t i = 0; i < c; ++i) {
+      st = Xorshift64Step(st);
+      const uint64_t r = Xorshift64Out(st);
+      // Few distinct keys in odd trials (ties everywhere), NaN and Inf among them.
+      const uint32_t pool[] = {0u, 1u, 0x3F800000u, 0x3F800001u, 0x7F800000u, 0x7FC00000u};
+      keys.push_back(trial % 2 ? pool[r % 6] : static_cast<uint32_t>(r) & 0x7FFFFFFFu);
+    }
+    std::vector<uint32_t> sorted = keys;
+    std::sort(sorted.begin(), sorted.end(), std::greater<uint32_t>());
+    for (int64_t rank : {int64_t{0}, c / 3, c / 2, c - 1}) {
+      int64_t greater = -1;
+      const uint32_t key = TwinRadixSelect(keys, rank, &greater);
+      REQUIRE(key == sorted[rank]);
+      REQUIRE(greater ==
+              std::count_if(keys.begin(), keys.end(), [&](uint32_t x) { return x > key; }));
+    }
   }
 }
 
