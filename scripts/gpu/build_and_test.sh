@@ -335,7 +335,8 @@ if want train; then
     synth=$GPU/synth-cifar
     [[ -f $synth/test_batch.bin ]] || python3 "$REPO/scripts/synth_cifar.py" "$synth" --train 2560 --test 256
     for c in $VGG_CONFIGS; do
-      RUN_DATA=$synth train_run "configs/vgg11_cifar10_$c.yaml" cuda "vgg-$c-cuda" \
+      # 10 steps make an epoch of this set: enough epochs for VGG_STEPS steps
+      EPOCHS=1000 RUN_DATA=$synth train_run "configs/vgg11_cifar10_$c.yaml" cuda "vgg-$c-cuda" \
         --max-steps "${VGG_STEPS:-100}"
     done
   fi
