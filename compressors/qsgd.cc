@@ -14,9 +14,21 @@
 
 namespace gradpress::compressors {
 namespace {
-constexpr uint8_t kElias = 1, kMaxNorm = 2;
-constexpr uint32_t kMaxBucket = 1u << 24;
+constexpr uint8_t kElias = QsgdHeader::kElias, kMaxNorm = QsgdHeader::kMaxNorm;
+constexpr uint32_t kMaxBucket = QsgdHeader::kMaxBucket;
 }  // namespace
+
+QsgdHeader ReadQsgdHeader(ByteReader& r) {
+  QsgdHeader h;
+  h.flags = r.Get<uint8_t>("flags");
+  GP_ENFORCE((h.flags & ~(kElias | kMaxNorm)) == 0, "qsgd: unknown flags ", int{h.flags});
+  h.levels = r.Get<uint16_t>("levels");
+  h.bucket = r.Get<uint32_t>("bucket_size");
+  GP_ENFORCE(h.levels >= 1, "qsgd: levels must be at least 1");
+  GP_ENFORCE(h.bucket >= 1 && h.bucket <= kMaxBucket, "qsgd: bucket_size ", h.bucket,
+             " outside [1, 2^24]");
+  return h;
+}
 
 int QsgdCompressor::LevelBits(uint32_t s) {
   int b = 0;
@@ -213,16 +225,11 @@ void QsgdCompressor::EncodeTo(const float* in, int64_t n, const StepContext&, st
 
 void QsgdCompressor::DecodeTo(std::string_view bytes, int64_t n, float* out) const {
   ByteReader r(bytes, "qsgd");
-  const auto flags = r.Get<uint8_t>("flags");
-  GP_ENFORCE((flags & ~(kElias | kMaxNorm)) == 0, "qsgd: unknown flags ", int{flags});
-  const uint32_t s = r.Get<uint16_t>("levels");
-  const uint32_t bucket = r.Get<uint32_t>("bucket_size");
-  GP_ENFORCE(s >= 1, "qsgd: levels must be at least 1");
-  GP_ENFORCE(bucket >= 1 && bucket <= kMaxBucket, "qsgd: bucket_size ", bucket,
-             " outside [1, 2^24]");
+  const QsgdHeader h = ReadQsgdHeader(r);
+  const uint32_t s = h.levels, bucket = h.bucket;
   const int64_t nb = (n + bucket - 1) / bucket;
   std::string_view raw_norms = r.GetBytes(static_cast<size_t>(nb) * sizeof(float), "norms");
-  const bool elias = flags & kElias;
+  const bool elias = h.elias();
   const int b = LevelBits(s);
   std::string_view stream = r.Rest();
   if (!elias) {

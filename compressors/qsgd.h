@@ -21,11 +21,25 @@
 // 2.5 bits per element, where fixed width needs b + 1 = 6 bits.
 //
 // Parameters: levels (16), bucket_size (512), norm (l2 | max), elias (true), seed (1).
+#include "common/byte_io.h"
 #include "compressors/compressor.h"
 #include "compressors/compressor_config.h"
 #include "compressors/rng.h"
 
 namespace gradpress::compressors {
+
+// The fixed part of the wire format, checked: flags, s and bucket_size.
+struct QsgdHeader {
+  static constexpr uint8_t kElias = 1, kMaxNorm = 2;
+  static constexpr uint32_t kMaxBucket = 1u << 24;
+  uint8_t flags = 0;
+  uint32_t levels = 0;  // s
+  uint32_t bucket = 0;
+  bool elias() const { return flags & kElias; }
+};
+// Reads and validates the header (InvalidArgument naming the field); the CPU and the GPU
+// decoders share it.
+QsgdHeader ReadQsgdHeader(ByteReader& r);
 
 class QsgdCompressor : public Compressor {
  public:

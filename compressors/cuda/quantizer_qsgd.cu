@@ -29,8 +29,8 @@
 namespace gradpress::compressors::cuda {
 namespace {
 
-constexpr uint8_t kElias = 1, kMaxNorm = 2;
-constexpr int64_t kMaxBucket = int64_t{1} << 24;  // the format's limit (qsgd.cc)
+constexpr uint8_t kMaxNorm = QsgdHeader::kMaxNorm;
+constexpr int64_t kMaxBucket = QsgdHeader::kMaxBucket;  // the format's limit
 constexpr int kGroups = kQsgdGroups;
 constexpr int kThreads = 8 * kGroups;
 constexpr size_t kDefaultSharedBytes = 48 * 1024;
@@ -184,14 +184,9 @@ class QsgdQuantizer : public DeviceQuantizer {
                    int* err, Stream stream) override {
     GP_ENFORCE(n <= INT32_MAX, "qsgd: ", n, " elements exceed the device codec's 2^31 - 1");
     ByteReader r(host_bytes, "qsgd");
-    const auto flags = r.Get<uint8_t>("flags");
-    GP_ENFORCE((flags & ~(kElias | kMaxNorm)) == 0, "qsgd: unknown flags ", int{flags});
-    const uint32_t s = r.Get<uint16_t>("levels");
-    const uint32_t bucket = r.Get<uint32_t>("bucket_size");
-    GP_ENFORCE(s >= 1, "qsgd: levels must be at least 1");
-    GP_ENFORCE(bucket >= 1 && bucket <= kMaxBucket, "qsgd: bucket_size ", bucket,
-               " outside [1, 2^24]");
-    if (flags & kElias) return DecodeEliasOnHost(host_bytes, n, out, stream);
+    const QsgdHeader h = ReadQsgdHeader(r);
+    const uint32_t s = h.levels, bucket = h.bucket;
+    if (h.elias()) return DecodeEliasOnHost(host_bytes, n, out, stream);
     const size_t expect = FixedBytes(n, s, bucket);
     GP_ENFORCE(host_bytes.size() == expect, "qsgd: payload has ", host_bytes.size(),
                " bytes, expected ", expect, " for ", n, " elements (fixed width)");
