@@ -84,6 +84,17 @@ class Compressor {
   // `bytes` (all of it) and writes all n outputs.
   virtual void EncodeTo(const float* in, int64_t n, const StepContext& ctx, std::string* out) = 0;
   virtual void DecodeTo(std::string_view bytes, int64_t n, float* out) const = 0;
+  // Sparse codecs (the sparsifiers, and pipelines of one) yield what they kept instead of
+  // the dense tensor, so a server can add a push in O(payload) rather than O(n):
+  // DecodeSparse parses `bytes` with exactly DecodeTo's checks (and throws as it does) and
+  // fills strictly increasing indices < n and their values; DecodeTo's output is those
+  // values there and 0 elsewhere. Dense codecs: IsSparse false, DecodeSparse returns false.
+  virtual bool IsSparse() const { return false; }
+  virtual bool DecodeSparse(std::string_view /*bytes*/, int64_t /*n*/,
+                            std::vector<int32_t>* /*indices*/,
+                            std::vector<float>* /*values*/) const {
+    return false;
+  }
 
   // Checkpoint state carried across steps (residuals, RNG streams): SaveState appends it to
   // *out; LoadState restores it from exactly `in` (InvalidArgument on a mismatch). Stateless

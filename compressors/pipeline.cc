@@ -19,13 +19,20 @@ void Pipeline::EncodeTo(const float* in, int64_t n, const StepContext& ctx, std:
 }
 
 void Pipeline::DecodeTo(std::string_view bytes, int64_t n, float* out) const {
+  std::vector<int32_t> indices;
+  std::vector<float> values;
+  DecodeSparse(bytes, n, &indices, &values);
+  Scatter(indices, values.data(), n, out);
+}
+
+bool Pipeline::DecodeSparse(std::string_view bytes, int64_t n, std::vector<int32_t>* indices,
+                            std::vector<float>* values) const {
   const std::string name = Name();
   ByteReader r(bytes, name.c_str());
-  std::vector<int32_t> indices;
-  sparsifier_->ReadIndices(r, n, &indices);
-  std::vector<float> values(indices.size());
-  quantizer_->DecodeTo(r.Rest(), static_cast<int64_t>(values.size()), values.data());
-  Scatter(indices, values.data(), n, out);
+  sparsifier_->ReadIndices(r, n, indices);
+  values->resize(indices->size());
+  quantizer_->DecodeTo(r.Rest(), static_cast<int64_t>(values->size()), values->data());
+  return true;
 }
 
 void Pipeline::SaveState(std::string* out) const {

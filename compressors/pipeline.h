@@ -21,6 +21,10 @@ class Pipeline : public Compressor {
   std::string Name() const override { return sparsifier_->Name() + "+" + quantizer_->Name(); }
   void EncodeTo(const float* in, int64_t n, const StepContext& ctx, std::string* out) override;
   void DecodeTo(std::string_view bytes, int64_t n, float* out) const override;
+  bool IsSparse() const override { return true; }
+  // The kept indices and their dequantised values (Compressor::DecodeSparse).
+  bool DecodeSparse(std::string_view bytes, int64_t n, std::vector<int32_t>* indices,
+                    std::vector<float>* values) const override;
   // State: varint length + the sparsifier's state, then the quantizer's.
   void SaveState(std::string* out) const override;
   void LoadState(std::string_view in) override;

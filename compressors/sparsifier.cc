@@ -68,15 +68,22 @@ void Sparsifier::EncodeTo(const float* in, int64_t n, const StepContext& ctx, st
 }
 
 void Sparsifier::DecodeTo(std::string_view bytes, int64_t n, float* out) const {
+  std::vector<int32_t> indices;
+  std::vector<float> values;
+  DecodeSparse(bytes, n, &indices, &values);
+  Scatter(indices, values.data(), n, out);
+}
+
+bool Sparsifier::DecodeSparse(std::string_view bytes, int64_t n, std::vector<int32_t>* indices,
+                              std::vector<float>* values) const {
   const std::string name = Name();
   ByteReader r(bytes, name.c_str());
-  std::vector<int32_t> indices;
-  ReadIndices(r, n, &indices);
-  std::string_view raw = r.GetBytes(indices.size() * sizeof(float), "values");
+  ReadIndices(r, n, indices);
+  std::string_view raw = r.GetBytes(indices->size() * sizeof(float), "values");
   r.ExpectEnd();
-  std::vector<float> values(indices.size());
-  if (!raw.empty()) std::memcpy(values.data(), raw.data(), raw.size());
-  Scatter(indices, values.data(), n, out);
+  values->resize(indices->size());
+  if (!raw.empty()) std::memcpy(values->data(), raw.data(), raw.size());
+  return true;
 }
 
 void Scatter(const std::vector<int32_t>& indices, const float* values, int64_t n, float* out) {

@@ -40,6 +40,9 @@ class Sparsifier : public Compressor {
 
   void EncodeTo(const float* in, int64_t n, const StepContext& ctx, std::string* out) override;
   void DecodeTo(std::string_view bytes, int64_t n, float* out) const override;
+  bool IsSparse() const override { return true; }
+  bool DecodeSparse(std::string_view bytes, int64_t n, std::vector<int32_t>* indices,
+                    std::vector<float>* values) const override;
 
  protected:
   explicit Sparsifier(IndexCoding coding) : coding_(coding) {}

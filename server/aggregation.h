@@ -2,7 +2,8 @@
 // Aggregation: the per-bucket step aggregation of the parameter store. The model's keys are
 // split into lanes, one per bucket of the registered split (one for the whole model without
 // one). A lane owns keys [begin, end) during a step: which workers pushed them, where pushes
-// land (the accumulator rows of those keys, or the lane's staging buffer), and the newest
+// land (the accumulator rows of those keys, or the lane's staging buffer for a dense push;
+// a sparse one is added from its indices and values), and the newest
 // result. A lane completes its step on its own, as soon as every live worker has pushed it
 // (per-bucket completion): the mean, the server's SGD step (exchange=weights) or the shadow
 // weights' step, and the pull codec's encoding of the result. Part of ParameterStore
@@ -17,6 +18,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -47,7 +49,10 @@ struct Lane {
   bool accum_owned = false;              // a push is streaming straight into the accumulator rows
   int accum_holders = 0;  // pushes in the accumulator (committed, being added or owning it)
   std::vector<std::unique_ptr<Buffer>> staging_free;
-  int staging_count = 0;  // staging buffers allocated
+  int staging_count = 0;  // staging buffers allocated (dense pushes only)
+  // Held (not the store's lock) while a push is added into accumulator rows that already
+  // hold others, so adds land one at a time and a row's SignedZeros stays exact.
+  std::mutex add_mu;
 
   size_t keys() const { return end - begin; }
   int64_t LastStep(const std::string& worker) const;

@@ -24,6 +24,7 @@
 
 #include "common/checkpoint.h"
 #include "common/thread_pool.h"
+#include "server/sparse_accum.h"
 #include "server/store_types.h"
 
 namespace gradpress::server {
@@ -33,6 +34,7 @@ struct KeyState {
   std::vector<float> weights;
   std::vector<float> accum;                // sum of the open step's pushes
   std::unique_ptr<std::mutex[]> block_mu;  // one per kBlock elements of accum
+  SignedZeros zeros;  // where accum may hold -0.0 (sparse pushes add in O(payload) with it)
   SgdState sgd;
   std::unique_ptr<compressors::Compressor> pull;  // pull codec with its own error feedback
 };

@@ -94,7 +94,8 @@ class ParameterStore {
   // Each key's payload bytes arrive in order, in pieces of any size. "none" bytes are
   // checked and copied as they arrive into a reused buffer (the open step's accumulator
   // itself for the first push of a step, else a staging buffer added at Commit), so a push
-  // is never held whole; other codecs are collected and decoded at Commit. Errors are
+  // is never held whole; other codecs are collected and decoded at Commit, a sparse one
+  // (sync) to its indices and values, added into the accumulator in O(payload). Errors are
   // thrown as PushPull's, naming the key; a session destroyed before Commit (an error, a
   // broken stream) leaves the store unchanged. A duplicate's pieces are ignored.
   struct Piece {
@@ -186,13 +187,19 @@ class ParameterStore {
   void MaybeCheckpoint();          // mu_ held: every checkpoint_every steps
   Checkpoint SaveCheckpointLocked() const;
   std::string WriteCheckpointLocked();
-  // Where a streamed push lands (sync: the accumulator for the lane's first push of a step,
-  // else a staging buffer; async: a staging buffer). Staging buffers are allocated once per
-  // lane and reused, at most kMaxStaging, so memory does not grow with the number of workers;
-  // a push that finds none free waits for one (until its deadline).
+  // Where a streamed push lands (parameter_store_landing.cc). Sync: the accumulator itself for
+  // the lane's first push of a step (TryOwn); a later push's sparse keys are added into it
+  // from their indices and values, its dense keys through a staging buffer taken when the
+  // first of them arrives (EnsureTarget). Async: a staging buffer. Staging buffers are
+  // allocated once per lane and reused, at most kMaxStaging, so memory does not grow with the
+  // number of workers; a push that finds none free waits for one (until its deadline).
   static constexpr int kMaxStaging = 1;
+  bool TryOwn(PushSession::State& s);                                             // mu_ held
   void AcquireTarget(PushSession::State& s, std::unique_lock<std::mutex>& lock);  // mu_ held
+  void EnsureTarget(PushSession::State& s);                                       // takes mu_
   void ReleaseTarget(PushSession::State& s);                                      // mu_ held
+  // Adds a later push into the accumulator under the lane's add_mu; mu_ not held.
+  void AddToAccumulator(PushSession::State& s);
   // Sync: lands the push in the accumulator (swapped or added), counts it, may finalize.
   PushPullResult CommitSync(PushSession::State& s, bool wait);
   PushPullResult AsyncPush(const WorkerId& w, int64_t step, int64_t base_step,

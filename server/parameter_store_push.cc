@@ -1,6 +1,7 @@
-// ParameterStore, part four: streamed pushes (BeginPush, PushSession) -- where a push lands
-// while it streams in (the accumulator or a staging buffer), the per-piece checks, and the
-// commit that makes it count. The step flow around it is in parameter_store_steps.cc.
+// ParameterStore: streamed pushes (BeginPush, PushSession) -- the per-piece checks as a push
+// arrives and its decode at Commit. Where it lands (the accumulator, a staging buffer, or added
+// from its sparse indices and values) is in parameter_store_landing.cc; the step flow around
+// it in parameter_store_steps.cc.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -8,38 +9,9 @@
 #include "common/error.h"
 #include "common/shape.h"
 #include "common/timer.h"
-#include "server/parameter_store.h"
+#include "server/push_session.h"
 
 namespace gradpress::server {
-
-struct ParameterStore::PushSession::State {
-  ParameterStore* store = nullptr;
-  Lane* lane = nullptr;  // the bucket this push carries
-  WorkerId w;
-  int64_t step = 0, base_step = 0;
-  Clock::time_point deadline;
-  std::optional<double> lr;  // exchange=weights: the SGD step's learning rate
-  bool in_call = false;      // Membership::Enter'ed (a worker inside a call is alive)
-  bool in_flight = false;    // in lane->in_flight
-  bool duplicate = false;    // acknowledged, its pieces ignored
-  bool has_early = false;    // async duplicate: `early` is the answer
-  PushPullResult early;
-  bool committed = false;
-  bool owner = false;               // writes straight into the accumulator
-  std::unique_ptr<Buffer> staging;  // or into this
-  std::vector<float*> dst;          // per key of the lane: where its floats go
-  struct KeyIn {
-    bool started = false, raw = false;  // raw: "none", copied into dst as it arrives
-    std::string codec;
-    std::vector<int64_t> shape;
-    uint64_t total = 0, got = 0;
-    std::string bytes;  // other codecs: collected, decoded at Commit
-  };
-  std::vector<KeyIn> keys;  // the lane's keys
-  size_t last = 0;          // key of the previous piece (model index)
-  uint64_t bytes = 0;
-  double apply_ms = 0;
-};
 
 ParameterStore::PushSession::PushSession(std::unique_ptr<State> s) : s_(std::move(s)) {}
 
@@ -112,47 +84,10 @@ std::unique_ptr<ParameterStore::PushSession> ParameterStore::BeginPush(
   st.lane->in_flight.insert(w.name);
   st.in_flight = true;
   st.keys.resize(st.lane->keys());
-  AcquireTarget(st, lock);
+  // The step's first push lands straight in the accumulator. A later one takes a staging
+  // buffer only once a dense key needs it (EnsureTarget): its sparse keys need none.
+  if (!TryOwn(st) && opt_.async) AcquireTarget(st, lock);
   return session;
-}
-
-void ParameterStore::AcquireTarget(PushSession::State& st, std::unique_lock<std::mutex>& lock) {
-  Lane& lane = *st.lane;
-  for (;;) {
-    if (!opt_.async && !lane.accum_owned && lane.accum_holders == 0) {  // the step's first push
-      lane.accum_owned = true;
-      lane.accum_holders = 1;
-      st.owner = true;
-      for (size_t i = lane.begin; i < lane.end; ++i) st.dst.push_back(model_.key(i).accum.data());
-      return;
-    }
-    if (!lane.staging_free.empty() || lane.staging_count < kMaxStaging) break;
-    step_cv_.wait_until(lock, st.deadline);
-    GP_REFUSE(Unavailable, Reason::kShuttingDown, !shutdown_, "server is shutting down");
-    GP_REFUSE(Unavailable, Reason::kTimedOut, Clock::now() < st.deadline,
-              "no staging buffer came free before the deadline (server busy); retry");
-  }
-  if (lane.staging_free.empty()) {
-    auto b = std::make_unique<Buffer>(lane.keys());
-    for (size_t i = lane.begin; i < lane.end; ++i)
-      (*b)[i - lane.begin].assign(model_.key(i).numel, 0.f);
-    ++lane.staging_count;
-    lane.staging_free.push_back(std::move(b));
-  }
-  st.staging = std::move(lane.staging_free.back());
-  lane.staging_free.pop_back();
-  for (auto& v : *st.staging) st.dst.push_back(v.data());
-}
-
-void ParameterStore::ReleaseTarget(PushSession::State& st) {
-  if (st.owner) {  // committed: its floats stay, counted in accum_holders; else gone
-    st.lane->accum_owned = false;
-    if (!st.committed) --st.lane->accum_holders;
-    st.owner = false;
-  }
-  if (st.staging) st.lane->staging_free.push_back(std::move(st.staging));
-  st.dst.clear();
-  step_cv_.notify_all();
 }
 
 void ParameterStore::PushSession::Add(const Piece& piece, std::string_view bytes) {
@@ -201,7 +136,9 @@ void ParameterStore::PushSession::Add(const Piece& piece, std::string_view bytes
     k.shape = piece.shape;
     k.total = piece.total_bytes;
     try {
-      k.raw = S.model_.Decoder(k.codec).IsLossless();  // the floats themselves: streamed
+      const compressors::Compressor& d = S.model_.Decoder(k.codec);
+      k.raw = d.IsLossless();  // the floats themselves: streamed
+      k.sparse = !S.opt_.async && d.IsSparse();
     } catch (const Error& e) {
       bad(Reason::kUndecodable, std::string("payload does not decode: ") + e.message());
     }
@@ -223,6 +160,11 @@ void ParameterStore::PushSession::Add(const Piece& piece, std::string_view bytes
     bad(Reason::kUndecodable, "chunks exceed total_bytes " + std::to_string(k.total));
   }
   if (k.raw) {
+    if (st.dst.empty()) {  // a wait for a free buffer, not work: kept out of apply_ms
+      Timer waited;
+      S.EnsureTarget(st);
+      st.apply_ms -= waited.ElapsedMs();
+    }
     // Copied in blocks, each checked while still in cache. A float may straddle pieces:
     // floats are checked once all their bytes are in.
     char* out = reinterpret_cast<char*>(st.dst[j]);
@@ -284,23 +226,43 @@ PushPullResult ParameterStore::PushSession::Commit(bool wait) {
     }
     if (!k.raw) coded.push_back(j);
   }
+  bool dense_coded = false;
+  for (size_t i : coded) dense_coded |= !st.keys[i].sparse;
+  if (dense_coded && st.dst.empty()) {  // as in Add: the wait is not apply time
+    Timer waited;
+    S.EnsureTarget(st);
+    st.apply_ms -= waited.ElapsedMs();
+  }
   std::vector<std::string> errors(coded.size());
   std::vector<char> non_finite(coded.size(), 0);
   S.pool_.ParallelFor(static_cast<int64_t>(coded.size()), [&](int64_t j) {
     const size_t i = coded[j];
+    State::KeyIn& k = st.keys[i];
     const std::string& key = S.model_.spec(first + i).key;
-    const int64_t numel = S.model_.key(first + i).numel;
+    KeyState& ks = S.model_.key(first + i);
+    const int64_t numel = ks.numel;
+    int64_t at = -1;
     try {
-      S.model_.Decoder(st.keys[i].codec).DecodeTo(st.keys[i].bytes, numel, st.dst[i]);
+      const compressors::Compressor& d = S.model_.Decoder(k.codec);
+      if (k.sparse) {
+        d.DecodeSparse(k.bytes, numel, &k.idx, &k.val);
+        // The dense decode is finite where nothing was kept: the values are all to check.
+        at = ModelState::FirstNonFinite(k.val.data(), static_cast<int64_t>(k.val.size()));
+        if (at >= 0) at = k.idx[at];
+      } else {
+        d.DecodeTo(k.bytes, numel, st.dst[i]);
+        at = ModelState::FirstNonFinite(st.dst[i], numel);
+      }
     } catch (const Error& e) {
       errors[j] = "key '" + key + "': payload does not decode: " + e.message();
       return;
     }
-    const int64_t at = ModelState::FirstNonFinite(st.dst[i], numel);
     if (at >= 0) {
       non_finite[j] = 1;
       errors[j] =
           "key '" + key + "': decoded gradient has NaN or Inf at element " + std::to_string(at);
+    } else if (k.sparse && st.owner) {  // the accumulator is this push's alone
+      AssignSparse(k.idx, k.val, numel, st.dst[i], &ks.zeros);
     }
   });
   for (size_t j = 0; j < errors.size(); ++j) {
@@ -317,62 +279,6 @@ PushPullResult ParameterStore::PushSession::Commit(bool wait) {
     return r;
   }
   return S.CommitSync(st, wait);
-}
-
-PushPullResult ParameterStore::CommitSync(PushSession::State& st, bool wait) {
-  std::unique_lock<std::mutex> lock(mu_);
-  Lane& lane = *st.lane;
-  if (!st.owner) {
-    // The step's first push may still be streaming into the accumulator: land after it.
-    step_cv_.wait_until(lock, st.deadline, [&] { return shutdown_ || !lane.accum_owned; });
-    GP_REFUSE(Unavailable, Reason::kShuttingDown, !shutdown_, "server is shutting down");
-    GP_REFUSE(Unavailable, Reason::kTimedOut, !lane.accum_owned,
-              "timed out waiting for another push to land in the step; retry");
-    Timer t;
-    if (lane.accum_holders == 0) {  // nothing in the accumulator: the staging buffer becomes it
-      for (size_t i = lane.begin; i < lane.end; ++i)
-        model_.key(i).accum.swap((*st.staging)[i - lane.begin]);
-      lane.accum_holders = 1;
-    } else {  // added outside mu_; the step cannot complete before this push is counted
-      ++lane.accum_holders;
-      lock.unlock();
-      std::vector<std::pair<size_t, int64_t>> blocks;
-      for (size_t i = lane.begin; i < lane.end; ++i)
-        for (int64_t b = 0; b < model_.key(i).numel; b += ModelState::kBlock)
-          blocks.push_back({i, b});
-      pool_.ParallelFor(static_cast<int64_t>(blocks.size()), [&](int64_t j) {
-        const auto [i, b] = blocks[j];
-        KeyState& k = model_.key(i);
-        std::lock_guard<std::mutex> block_lock(k.block_mu[b / ModelState::kBlock]);
-        float* acc = k.accum.data();
-        const float* s = st.dst[i - lane.begin];
-        for (int64_t e = b, end = std::min(k.numel, b + ModelState::kBlock); e < end; ++e)
-          acc[e] += s[e];
-      });
-      lock.lock();
-    }
-    st.apply_ms += t.ElapsedMs();
-  }
-  st.committed = true;
-  lane.in_flight.erase(st.w.name);
-  st.in_flight = false;
-  ReleaseTarget(st);
-  lane.pushed.insert(st.w.name);
-  ++lane.contributors;
-  stats_.bytes_in += st.bytes;
-  lane.apply_ms += st.apply_ms;
-  if (st.lr) lane.lr = st.lr;
-  lane.last_step[st.w.name] = st.step;
-  const int64_t step = st.step;
-  MaybeFinalize(lane);
-  if (!wait) return {nullptr, 0, st.apply_ms, false};
-  Timer waited;
-  step_cv_.wait_until(lock, st.deadline, [&] { return shutdown_ || lane.step > step; });
-  GP_REFUSE(Unavailable, Reason::kShuttingDown, !shutdown_, "server is shutting down");
-  GP_REFUSE(Unavailable, Reason::kTimedOut, lane.step > step,
-            "timed out waiting for the other workers at step ", step,
-            "; the push is kept: retry to wait again");
-  return {lane.Find(step), waited.ElapsedMs(), st.apply_ms, false};
 }
 
 PushPullResult ParameterStore::PushPull(const WorkerId& w, int64_t step, int64_t base_step,

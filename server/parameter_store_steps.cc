@@ -148,6 +148,7 @@ StoreStats ParameterStore::Stats() const {
   StoreStats s = stats_;
   s.live_workers = members_.Live();
   s.mean_server_ms = s.steps ? total_server_ms_ / static_cast<double>(s.steps) : 0.0;
+  for (const auto& lane : agg_.lanes()) s.staging_buffers += lane->staging_count;
   return s;
 }
 

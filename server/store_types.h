@@ -81,6 +81,7 @@ struct StoreStats {
   uint64_t duplicates = 0;       // pushes of an applied (worker, incarnation, step): acknowledged
   uint64_t faults_injected = 0;  // calls answered UNAVAILABLE by the server's fault injector
   double mean_server_ms = 0;     // apply + finalize per step, mean
+  int staging_buffers = 0;       // dense staging buffers allocated, all lanes (sparse need none)
   std::string Prometheus() const;
 };
 

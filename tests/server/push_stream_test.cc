@@ -131,29 +131,33 @@ TEST_CASE("more concurrent pushes than buffers: the later ones wait for a free o
   Store s(4);
   const uint64_t before = s.store.Stats().bytes_in;
   // Step 0, in a known order: worker-0's push holds the accumulator, worker-1's the one
-  // staging buffer (kMaxStaging = 1, server/parameter_store.h).
+  // staging buffer (kMaxStaging = 1, server/parameter_store.h), taken by its first dense piece.
   auto first = s.store.BeginPush({Name(0), 1}, 0, 0, Soon());
   auto second = s.store.BeginPush({Name(1), 1}, 0, 0, Soon());
-  // A third push finds no buffer free and waits for one, here until its short deadline.
-  CHECK_THROWS_WITH(
-      s.store.BeginPush({Name(2), 1}, 0, 0, server::Clock::now() + std::chrono::milliseconds(100)),
-      Catch::Contains("no staging buffer came free before the deadline"));
+  AddAll(*second, Grads(1), 1 << 10);
+  // A third push finds no buffer free when its first dense piece arrives and waits for one,
+  // here until its short deadline.
+  {
+    auto third = s.store.BeginPush({Name(2), 1}, 0, 0,
+                                   server::Clock::now() + std::chrono::milliseconds(100));
+    CHECK_THROWS_WITH(AddAll(*third, Grads(2), 1 << 10),
+                      Catch::Contains("no staging buffer came free before the deadline"));
+  }
   CHECK(s.store.Stats().bytes_in == before);  // and changed nothing
   // Given time, it gets the buffer the second push frees when it lands, not before: both
-  // earlier pushes are counted by the time its BeginPush returns.
-  uint64_t bytes_when_third_began = 0;
+  // earlier pushes are counted by the time its pieces are in.
+  uint64_t bytes_when_third_got_buffer = 0;
   auto third = std::async(std::launch::async, [&] {
     auto session = s.store.BeginPush({Name(2), 1}, 0, 0, Soon());
-    bytes_when_third_began = s.store.Stats().bytes_in;
     AddAll(*session, Grads(2), 1 << 10);
+    bytes_when_third_got_buffer = s.store.Stats().bytes_in;
     return session->Commit(false);
   });
-  AddAll(*second, Grads(1), 1 << 10);
   AddAll(*first, Grads(0), 1 << 10);
   first->Commit(false);
   second->Commit(false);
   third.get();
-  CHECK(bytes_when_third_began == before + 2 * kPushBytes);
+  CHECK(bytes_when_third_got_buffer == before + 2 * kPushBytes);
   auto last = s.store.BeginPush({Name(3), 1}, 0, 0, Soon());
   AddAll(*last, Grads(3), 1 << 10);
   const auto r0 = last->Commit();

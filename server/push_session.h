@@ -1,0 +1,49 @@
+#pragma once
+// ParameterStore::PushSession's state: one streamed push while it arrives, is checked and
+// lands. Private to the store's push files (parameter_store_push.cc: arrival and checks;
+// parameter_store_landing.cc: where it lands and the commit that counts it).
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/parameter_store.h"
+
+namespace gradpress::server {
+
+struct ParameterStore::PushSession::State {
+  ParameterStore* store = nullptr;
+  Lane* lane = nullptr;  // the bucket this push carries
+  WorkerId w;
+  int64_t step = 0, base_step = 0;
+  Clock::time_point deadline;
+  std::optional<double> lr;  // exchange=weights: the SGD step's learning rate
+  bool in_call = false;      // Membership::Enter'ed (a worker inside a call is alive)
+  bool in_flight = false;    // in lane->in_flight
+  bool duplicate = false;    // acknowledged, its pieces ignored
+  bool has_early = false;    // async duplicate: `early` is the answer
+  PushPullResult early;
+  bool committed = false;
+  bool owner = false;               // writes straight into the accumulator
+  std::unique_ptr<Buffer> staging;  // or into this (a dense key of a later push)
+  std::vector<float*> dst;          // per key of the lane: where its floats go (empty: none yet)
+  struct KeyIn {
+    bool started = false, raw = false;  // raw: "none", copied into dst as it arrives
+    // A sparse codec in sync mode: decoded to (idx, val) at Commit and assigned (owner) or
+    // added into the accumulator from them, never through a dense buffer.
+    bool sparse = false;
+    std::string codec;
+    std::vector<int64_t> shape;
+    uint64_t total = 0, got = 0;
+    std::string bytes;  // other codecs: collected, decoded at Commit
+    std::vector<int32_t> idx;
+    std::vector<float> val;
+  };
+  std::vector<KeyIn> keys;  // the lane's keys
+  size_t last = 0;          // key of the previous piece (model index)
+  uint64_t bytes = 0;
+  double apply_ms = 0;
+};
+
+}  // namespace gradpress::server
