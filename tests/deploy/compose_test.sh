@@ -50,6 +50,9 @@ if [[ ${#bins[@]} -gt 0 ]] && command -v dpkg >/dev/null; then
     [[ -x "$b" ]] || fail "no binary $b"
     ldd "$b" >"$tmp/ldd"
     while read -r lib; do
+      # The dynamic loader (libc6, in every image): a NEEDED entry where the CUDA runtime is
+      # linked statically (compressors/cuda), which ldd lists without a "=> path".
+      [[ $lib == ld-linux* ]] && continue
       path=$(awk -v l="$lib" '$1 == l {print $3}' "$tmp/ldd" | head -1)
       [[ -n "$path" ]] || fail "$b: $lib not found by ldd"
       pkg=$(dpkg -S "$(readlink -f "$path")" 2>/dev/null | head -1 | cut -d: -f1) || true
