@@ -111,4 +111,24 @@ inline compressors::KeyPayload NonePayload(const std::string& key, const torch::
   return {key, none->Encode(t)};
 }
 
+// A ParameterStore in this process: `workers` workers ("worker-0", ...) registered on `model`,
+// zero initial weights from worker-0, two pool threads, no periodic stats.
+struct InProcessStore {
+  InProcessStore(int workers, const std::vector<TensorSpec>& model) : store(Options(workers)) {
+    std::vector<compressors::KeyPayload> zeros;
+    for (int w = 0; w < workers; ++w) store.Register({WorkerName(w), 1}, model, "job");
+    for (const TensorSpec& s : model) zeros.push_back(NonePayload(s.key, torch::zeros(s.shape)));
+    store.InitWeights({WorkerName(0), 1}, zeros);
+  }
+  static std::string WorkerName(int w) { return "worker-" + std::to_string(w); }
+  static server::StoreOptions Options(int workers) {
+    server::StoreOptions o;
+    o.workers = workers;
+    o.threads = 2;
+    o.stats_every = 0;
+    return o;
+  }
+  server::ParameterStore store;
+};
+
 }  // namespace gradpress::testing

@@ -19,20 +19,8 @@ std::string Name(int w) { return "worker-" + std::to_string(w); }
 
 const std::vector<TensorSpec> kModel = Specs({{1000}, {3, 5}});
 
-struct Store {
-  explicit Store(int workers) : store(Options(workers)) {
-    for (int w = 0; w < workers; ++w) store.Register({Name(w), 1}, kModel, "job");
-    store.InitWeights({Name(0), 1}, {NonePayload("layer0", torch::zeros({1000})),
-                                     NonePayload("layer1", torch::zeros({3, 5}))});
-  }
-  static server::StoreOptions Options(int workers) {
-    server::StoreOptions o;
-    o.workers = workers;
-    o.threads = 2;
-    o.stats_every = 0;
-    return o;
-  }
-  ParameterStore store;
+struct Store : InProcessStore {
+  explicit Store(int workers) : InProcessStore(workers, kModel) {}
 };
 
 std::vector<torch::Tensor> Grads(int w) {

@@ -23,20 +23,8 @@ std::string Name(int w) { return "worker-" + std::to_string(w); }
 const std::vector<TensorSpec> kModel = Specs({{5000}, {40, 30}});
 constexpr int64_t kNumel[] = {5000, 1200};
 
-struct Store {
-  explicit Store(int workers) : store(Options(workers)) {
-    for (int w = 0; w < workers; ++w) store.Register({Name(w), 1}, kModel, "job");
-    store.InitWeights({Name(0), 1}, {NonePayload("layer0", torch::zeros({5000})),
-                                     NonePayload("layer1", torch::zeros({40, 30}))});
-  }
-  static server::StoreOptions Options(int workers) {
-    server::StoreOptions o;
-    o.workers = workers;
-    o.threads = 2;
-    o.stats_every = 0;
-    return o;
-  }
-  ParameterStore store;
+struct Store : InProcessStore {
+  explicit Store(int workers) : InProcessStore(workers, kModel) {}
 };
 
 // A "topk" payload with int32 indices, written by hand so that any value (-0.0 too) and
