@@ -75,6 +75,10 @@ ParameterService::ParameterService(ParameterStore* store, double deadline_s, Ser
   if (gate.faults.ServerSide()) faults_ = std::make_unique<transport::FaultInjector>(gate.faults);
 }
 
+ParameterService::~ParameterService() {
+  handlers_.Join(TaskThreads::Clock::now() + std::chrono::seconds(10));
+}
+
 grpc::Status ParameterService::Admit(const grpc::ServerContextBase& ctx) {
   if (!token_.empty()) {
     grpc::Status s = transport::CheckToken(ctx, token_);
@@ -133,7 +137,7 @@ grpc::Status ParameterService::Register(grpc::ServerContext* ctx, const proto::R
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterService::InitWeights(Ctx* ctx,
                                                                          grpc::ByteBuffer* reply) {
-  return transport::ServeClientStream(ctx, reply, [this](Ctx* c, RawStream* stream) {
+  return transport::ServeClientStream(ctx, &handlers_, reply, [this](Ctx* c, RawStream* stream) {
     return Serve(*c, [&] {
       StreamFrames frames(stream);
       const WholePush push = ReadWholePush(&frames, store_->model());
@@ -147,7 +151,7 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterService::InitWeights(Ctx* ct
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* ParameterService::PullWeights(
     Ctx* ctx, const grpc::ByteBuffer* request) {
-  return transport::ServeServerStream(ctx, request, [this](Ctx* c, RawStream* stream) {
+  return transport::ServeServerStream(ctx, &handlers_, request, [this](Ctx* c, RawStream* stream) {
     return Serve(*c, [&] {
       proto::PullRequest req;
       ReadRequest(stream, &req);
@@ -218,7 +222,7 @@ PushPullResult ParameterService::StreamPush(const grpc::ServerContextBase& ctx, 
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ParameterService::PushPull(Ctx* ctx) {
-  return transport::ServeBidi(ctx, [this](Ctx* c, RawStream* stream) {
+  return transport::ServeBidi(ctx, &handlers_, [this](Ctx* c, RawStream* stream) {
     return Serve(*c, [&] {
       PushPullResult r = StreamPush(*c, stream, /*wait=*/true);
       WriteRawResult(stream, r.result, r.wait_ms, r.apply_ms + r.result->server_ms, store_);
@@ -228,7 +232,7 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ParameterService::P
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterService::Push(Ctx* ctx,
                                                                   grpc::ByteBuffer* reply) {
-  return transport::ServeClientStream(ctx, reply, [this](Ctx* c, RawStream* stream) {
+  return transport::ServeClientStream(ctx, &handlers_, reply, [this](Ctx* c, RawStream* stream) {
     return Serve(*c, [&] {
       PushPullResult r = StreamPush(*c, stream, /*wait=*/false);
       proto::PushReply reply;
@@ -241,7 +245,7 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterService::Push(Ctx* ctx,
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* ParameterService::Pull(
     Ctx* ctx, const grpc::ByteBuffer* request) {
-  return transport::ServeServerStream(ctx, request, [this](Ctx* c, RawStream* stream) {
+  return transport::ServeServerStream(ctx, &handlers_, request, [this](Ctx* c, RawStream* stream) {
     return Serve(*c, [&] {
       proto::PullRequest req;
       ReadRequest(stream, &req);
@@ -254,7 +258,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ParameterService::Pull(
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterService::PublishWeights(
     Ctx* ctx, grpc::ByteBuffer* reply) {
-  return transport::ServeClientStream(ctx, reply, [this](Ctx* c, RawStream* stream) {
+  return transport::ServeClientStream(ctx, &handlers_, reply, [this](Ctx* c, RawStream* stream) {
     return Serve(*c, [&] {
       StreamFrames frames(stream);
       const WholePush push = ReadWholePush(&frames, store_->model());

@@ -81,6 +81,13 @@ class ParameterService final : public RawParameterServer {
   // dashboard (optional): where the rows that pushes carry go.
   ParameterService(ParameterStore* store, double deadline_s, ServiceGate gate = {},
                    Dashboard* dashboard = nullptr);
+  // Waits (at most 10 s) for the handler threads, so none outlives the service.
+  ~ParameterService() override;
+
+  // Joins the tensor methods' handler threads (call after the gRPC server has shut down, when
+  // every call is done); true when all ended by `deadline`, else the rest are left detached.
+  bool JoinHandlers(TaskThreads::Clock::time_point deadline) { return handlers_.Join(deadline); }
+  int handler_threads() const { return handlers_.alive(); }
 
   grpc::Status Register(grpc::ServerContext* ctx, const proto::RegisterRequest* req,
                         proto::RegisterReply* reply) override;
@@ -122,6 +129,8 @@ class ParameterService final : public RawParameterServer {
   const std::string token_;
   std::unique_ptr<transport::FaultInjector> faults_;  // null: no server-side faults
   std::atomic<uint64_t> refused_{0};
+  // The tensor methods' handlers run here (transport/raw_server.h); last, so it ends first.
+  TaskThreads handlers_{transport::kMaxRawCalls};
 };
 
 }  // namespace gradpress::server

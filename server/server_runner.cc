@@ -4,6 +4,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <future>
 
 #include "common/error.h"
@@ -69,6 +70,11 @@ void ServerRunner::Stop(double grace_s) {
   done.wait();
   store_.Shutdown();
   server_->Wait();
+  // Every call is done; its handler thread only has to wake and let the call go. Bounded
+  // anyway, so a stuck handler cannot hang the shutdown.
+  if (!service_.JoinHandlers(TaskThreads::Clock::now() + std::chrono::seconds(10)))
+    spdlog::warn("{} handler threads still running 10 s after shutdown; left detached",
+                 service_.handler_threads());
   server_.reset();
   spdlog::info("gradpress-server stopped");
 }

@@ -43,6 +43,8 @@ class ServerRunner {
   int Start(const std::string& address);
   void Stop(double grace_s = 5.0);
   ParameterStore& store() { return store_; }
+  // Handler threads not yet ended (0 once Stop has returned).
+  int handler_threads() const { return service_.handler_threads(); }
   // The dashboard's rows (from the pushes) and pages, for the HTTP port (server_main.cc).
   Dashboard& dashboard() { return dashboard_; }
 

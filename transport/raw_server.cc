@@ -2,13 +2,10 @@
 
 #include <grpcpp/server_context.h>
 
-#include <chrono>
+#include <atomic>
 #include <condition_variable>
-#include <deque>
 #include <memory>
 #include <mutex>
-#include <system_error>
-#include <thread>
 #include <type_traits>
 
 #include "common/error.h"
@@ -17,66 +14,8 @@
 namespace gradpress::transport {
 namespace {
 
-constexpr auto kIdleExit = std::chrono::seconds(30);
-
-// The threads that run handlers. A thread is reused for the next call (a step's calls are
-// short: starting a thread per call cost more than a LeNet push); one is started whenever
-// every thread is busy, so a handler never waits behind another (they block on each other at
-// the barrier); a thread idle for kIdleExit ends. Never destroyed: threads may be parked in
-// it when the process exits.
-class HandlerThreads {
- public:
-  static HandlerThreads& Get() {
-    static auto* threads = new HandlerThreads;
-    return *threads;
-  }
-  // False (nothing runs) at kMaxRawCalls busy, or when no thread can be started.
-  bool Run(std::function<void()> task) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (busy_ >= kMaxRawCalls) return false;
-    if (available_ <= tasks_.size()) {  // every available thread already has a task coming
-      try {
-        std::thread([this] { Loop(); }).detach();
-      } catch (const std::system_error&) {
-        return false;
-      }
-      ++available_;
-    }
-    ++busy_;
-    tasks_.push_back(std::move(task));
-    cv_.notify_one();
-    return true;
-  }
-  int busy() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return busy_;
-  }
-
- private:
-  void Loop() {  // counted in available_ from its start
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-      if (!cv_.wait_for(lock, kIdleExit, [&] { return !tasks_.empty(); })) {
-        --available_;
-        return;
-      }
-      --available_;
-      std::function<void()> task = std::move(tasks_.front());
-      tasks_.pop_front();
-      lock.unlock();
-      task();
-      task = nullptr;  // the call's state goes before the thread is offered again
-      lock.lock();
-      --busy_;
-      ++available_;
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
-  size_t available_ = 0;  // threads waiting for a task, or started and about to
-  int busy_ = 0;          // tasks queued or running
-};
+// Handlers queued or running, over every server in the process (RawCallsRunning).
+std::atomic<int> running_calls{0};
 
 // Completion of one kind of operation (a read, a write, the whole call), handed from gRPC's
 // reaction threads to the handler's thread. Shared, so a reaction that signals never touches
@@ -116,14 +55,14 @@ class Blocking final : public Reactor, public RawStream {
   static constexpr bool kWrites = !std::is_same_v<Reactor, Reader>;  // the server streams
 
  public:
-  Blocking(grpc::CallbackServerContext* ctx, RawHandler handler, const grpc::ByteBuffer* request,
-           grpc::ByteBuffer* reply)
+  Blocking(grpc::CallbackServerContext* ctx, TaskThreads* threads, RawHandler handler,
+           const grpc::ByteBuffer* request, grpc::ByteBuffer* reply)
       : ctx_(ctx), request_(request), reply_(reply), sig_(std::make_shared<Signals>()) {
     threaded_ = true;  // before the task: OnDone, after binding, reads it
-    if (HandlerThreads::Get().Run(
-            [this, sig = sig_, handler = std::move(handler)] { Run(sig, handler); })) {
+    ++running_calls;
+    if (threads->Run([this, sig = sig_, handler = std::move(handler)] { Run(sig, handler); }))
       return;
-    }
+    --running_calls;
     threaded_ = false;
     this->Finish(ToStatus(std::make_exception_ptr(
         Unavailable("server busy: too many calls in flight; retry", Reason::kTimedOut))));
@@ -177,6 +116,7 @@ class Blocking final : public Reactor, public RawStream {
     this->Finish(std::move(status));
     sig->Wait(&sig->call);
     delete this;
+    --running_calls;
   }
 
   grpc::CallbackServerContext* const ctx_;
@@ -189,22 +129,24 @@ class Blocking final : public Reactor, public RawStream {
 }  // namespace
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ServeBidi(
-    grpc::CallbackServerContext* ctx, RawHandler handler) {
-  return new Blocking<Bidi>(ctx, std::move(handler), nullptr, nullptr);
+    grpc::CallbackServerContext* ctx, TaskThreads* threads, RawHandler handler) {
+  return new Blocking<Bidi>(ctx, threads, std::move(handler), nullptr, nullptr);
 }
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* ServeClientStream(grpc::CallbackServerContext* ctx,
+                                                             TaskThreads* threads,
                                                              grpc::ByteBuffer* reply,
                                                              RawHandler handler) {
-  return new Blocking<Reader>(ctx, std::move(handler), nullptr, reply);
+  return new Blocking<Reader>(ctx, threads, std::move(handler), nullptr, reply);
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* ServeServerStream(grpc::CallbackServerContext* ctx,
+                                                              TaskThreads* threads,
                                                               const grpc::ByteBuffer* request,
                                                               RawHandler handler) {
-  return new Blocking<Writer>(ctx, std::move(handler), request, nullptr);
+  return new Blocking<Writer>(ctx, threads, std::move(handler), request, nullptr);
 }
 
-int RawCallsRunning() { return HandlerThreads::Get().busy(); }
+int RawCallsRunning() { return running_calls.load(); }
 
 }  // namespace gradpress::transport

@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <exception>
 #include <mutex>
-#include <thread>
 
 #include "common/byte_io.h"
 #include "common/error.h"
 #include "common/shape.h"
+#include "common/task_threads.h"
 
 namespace gradpress::worker {
 namespace {
@@ -69,7 +69,8 @@ ShardedClient::ShardedClient(ClientOptions options, std::vector<std::string> ser
     : ServerClient(std::move(options)),
       servers_(std::move(servers)),
       partition_mb_(partition_mb),
-      make_shard_(std::move(make_shard)) {
+      make_shard_(std::move(make_shard)),
+      threads_(std::make_unique<TaskThreads>()) {
   GP_ENFORCE(!servers_.empty(), "cluster.servers is empty");
   GP_ENFORCE(make_shard_, "ShardedClient needs a shard factory");
 }
@@ -178,20 +179,9 @@ void ShardedClient::ForShards(const std::function<void(int)>& fn, const std::vec
   if (shards.empty())
     for (int s = 0; s < static_cast<int>(shards_.size()); ++s) shards.push_back(s);
   if (shards.size() == 1) return fn(shards[0]);
-  std::vector<std::exception_ptr> errors(shards.size());
-  std::vector<std::thread> threads;
-  for (size_t k = 0; k < shards.size(); ++k) {
-    threads.emplace_back([&, k] {
-      try {
-        fn(shards[k]);
-      } catch (...) {
-        errors[k] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  // On the client's long-lived threads: a thread per shard per call cost more than a small
+  // bucket's call. Each shard's call starts at once (it may wait at its shard's barrier).
+  threads_->ForEach(shards.size(), [&](size_t k) { fn(shards[k]); });
 }
 
 std::vector<int> ShardedClient::ShardsBehind() {

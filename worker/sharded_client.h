@@ -24,6 +24,10 @@
 #include "transport/placement.h"
 #include "worker/server_client.h"
 
+namespace gradpress {
+class TaskThreads;
+}
+
 namespace gradpress::worker {
 
 class ShardedClient : public ServerClient {
@@ -81,8 +85,8 @@ class ShardedClient : public ServerClient {
   // workers ask. At `step`: it takes (or gives) the weights; one step behind: this worker
   // completed that step, so it pushes its kept push of it again. Else throws.
   void CatchUp(int s, int64_t step, const std::vector<torch::Tensor>& weights);
-  // Runs fn(s) for every shard in `which` (all if empty), concurrently when more than one;
-  // rethrows the first failure once all have ended.
+  // Runs fn(s) for every shard in `which` (all if empty), concurrently when more than one
+  // (on threads_, made once per client); rethrows the first failure once all have ended.
   void ForShards(const std::function<void(int)>& fn, const std::vector<int>& which = {});
 
   std::vector<std::string> servers_;
@@ -97,6 +101,7 @@ class ShardedClient : public ServerClient {
   // Per bucket of the caller's split, per shard: the shard's own bucket index, -1 if the
   // bucket has no part there.
   std::vector<std::vector<int>> local_bucket_;
+  std::unique_ptr<TaskThreads> threads_;  // ForShards' calls; last, so it ends first
 };
 
 }  // namespace gradpress::worker

@@ -5,10 +5,12 @@
 
 #include <filesystem>
 #include <future>
+#include <memory>
 #include <random>
 
 #include "common/error.h"
 #include "common/json_line.h"
+#include "common/task_threads.h"
 #include "common/timer.h"
 #include "worker/data/sampler.h"
 #include "worker/data/transforms.h"
@@ -60,6 +62,8 @@ TrainSummary Trainer::Run() {
       log_images = 0;
     }
   };
+  // The batch loads run on one long-lived thread, not a thread per step.
+  TaskThreads prefetch;
   // Resume position: a worker that joined late starts at the server's step.
   for (int64_t epoch = step_ / steps_per_epoch; epoch < c.train.epochs; ++epoch) {
     Timer epoch_timer;
@@ -96,6 +100,14 @@ TrainSummary Trainer::Run() {
       return out;
     };
     std::future<Batch> next;
+    // Any way out of this epoch (break, rejoin, a throw) waits for the load in flight: it
+    // reads `idx` and `load`, which end with the epoch.
+    struct WaitForLoad {
+      std::future<Batch>& f;
+      ~WaitForLoad() {
+        if (f.valid()) f.wait();
+      }
+    } wait_for_load{next};
     for (int64_t i = step_ - epoch * steps_per_epoch; i < steps_per_epoch; ++i) {
       if ((opt_.max_steps > 0 && done >= opt_.max_steps) || (opt_.stop && opt_.stop->load())) {
         stop = true;
@@ -105,7 +117,12 @@ TrainSummary Trainer::Run() {
       exchange_->SetLr(lr);
       Batch b = next.valid() ? next.get() : load(i, rng_);
       rng_ = b.rng;  // the augmentation RNG after this batch (checkpointed with the step)
-      if (i + 1 < steps_per_epoch) next = std::async(std::launch::async, load, i + 1, rng_);
+      if (i + 1 < steps_per_epoch) {
+        auto task = std::make_shared<std::packaged_task<Batch()>>(
+            [&load, i, rng = rng_] { return load(i + 1, rng); });
+        next = task->get_future();
+        if (!prefetch.Run([task] { (*task)(); })) (*task)();  // no thread: load it now
+      }
       StepMetrics m;
       bool checkpoint_now = false;
       try {
