@@ -6,6 +6,7 @@
 
 #include "tests/thread_count.h"
 #include "tests/transport/harness.h"
+#include "tests/wait_for.h"
 
 namespace gradpress::testing {
 namespace {
@@ -42,6 +43,7 @@ TEST_CASE("the server reuses its handler threads and Stop joins them all", "[tra
   CHECK(cluster.runner.handler_threads() > 0);
 
   // Worker 0 pushes step 45 alone: its handler waits at the barrier when Stop is called.
+  const uint64_t applied = cluster.runner.store().Stats().bytes_in;
   bool refused = false;  // checked on this thread: Catch's macros are not thread-safe
   std::thread waiting([&] {
     std::vector<torch::Tensor> out = Zeros(specs);
@@ -51,7 +53,8 @@ TEST_CASE("the server reuses its handler threads and Stop joins them all", "[tra
       refused = true;
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // The push is applied (its bytes counted) before its handler waits for worker 1's.
+  CHECK(WaitFor([&] { return cluster.runner.store().Stats().bytes_in > applied; }));
   const auto start = std::chrono::steady_clock::now();
   cluster.runner.Stop(0.5);
   CHECK(cluster.runner.handler_threads() == 0);  // ended and joined, not parked
