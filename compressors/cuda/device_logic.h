@@ -16,6 +16,7 @@
 //
 // Thread-safety: pure functions.
 #include <cstdint>
+#include <vector>
 
 #if defined(__CUDACC__)
 #define GP_HD __host__ __device__ __forceinline__
@@ -104,6 +105,25 @@ inline void BuildJumpTable32(uint32_t* table) {
     const uint32_t* prev = table + (i - 1) * 32;
     for (int b = 0; b < 32; ++b) table[i * 32 + b] = ApplyColumns32(prev, prev[b]);
   }
+}
+
+// The tables themselves, built once per process on the host (kernels get a device copy:
+// device_parts.h's DeviceJumpTable64/32; host twins and tests use these).
+inline const uint64_t* HostJumpTable64() {
+  static const std::vector<uint64_t> table = [] {
+    std::vector<uint64_t> t(kJumpTable64Size);
+    BuildJumpTable64(t.data());
+    return t;
+  }();
+  return table.data();
+}
+inline const uint32_t* HostJumpTable32() {
+  static const std::vector<uint32_t> table = [] {
+    std::vector<uint32_t> t(kJumpTable32Size);
+    BuildJumpTable32(t.data());
+    return t;
+  }();
+  return table.data();
 }
 
 // ---- byte formats ----------------------------------------------------------------------

@@ -63,9 +63,6 @@ class ErrorWord {
 // Device copies of the jump tables (device_logic.h), built once per process.
 const uint64_t* DeviceJumpTable64();
 const uint32_t* DeviceJumpTable32();
-// The host tables (the same values).
-const uint64_t* HostJumpTable64();
-const uint32_t* HostJumpTable32();
 
 // Copies host bytes to the device on the stream, staging through pinned memory when `bytes`
 // is pageable; returns the device copy (valid until the next call on `into`).

@@ -89,24 +89,6 @@ void ErrorWord::Check(Stream stream, const std::string& codec) {
 
 // ---- jump tables -----------------------------------------------------------------------
 
-const uint64_t* HostJumpTable64() {
-  static const std::vector<uint64_t> table = [] {
-    std::vector<uint64_t> t(kJumpTable64Size);
-    BuildJumpTable64(t.data());
-    return t;
-  }();
-  return table.data();
-}
-
-const uint32_t* HostJumpTable32() {
-  static const std::vector<uint32_t> table = [] {
-    std::vector<uint32_t> t(kJumpTable32Size);
-    BuildJumpTable32(t.data());
-    return t;
-  }();
-  return table.data();
-}
-
 namespace {
 template <typename T>
 const T* UploadOnce(const T* host, size_t count, const char* what) {

@@ -22,7 +22,6 @@ using testing::MakeCpu;
 using testing::Mix;
 using testing::Record;
 using testing::SavedRngState;
-using testing::Table32;
 using testing::Values;
 
 const std::vector<int64_t> kSizes = {0, 1, 7, 8, 9, 513, 100003};
@@ -57,7 +56,7 @@ std::string QsgdTwin(const std::vector<float>& v, uint32_t s, uint32_t bucket, b
       for (int j = 0; j < 8; ++j) {
         x[j] = lanes[j];
         if (first_bucket < nb)
-          x[j] = Advance32(Table32(), x[j], first_bucket * QsgdLaneDraws(bucket, j) + skew);
+          x[j] = Advance32(HostJumpTable32(), x[j], first_bucket * QsgdLaneDraws(bucket, j) + skew);
       }
       for (int r = 0; r < per_group; ++r) {
         const int64_t kb = first_bucket + r, first = kb * bucket;

@@ -22,7 +22,6 @@ using testing::MakeCpu;
 using testing::Mix;
 using testing::Record;
 using testing::SavedRngState;
-using testing::Table64;
 using testing::Values;
 
 const std::vector<int64_t> kSizes = {0, 1, 7, 8, 9, 513, 100003};
@@ -31,7 +30,7 @@ constexpr int64_t kWarpElements = 32 * kTernChunk;
 const uint64_t* LaneTable() {
   static const std::vector<uint64_t> t = [] {
     std::vector<uint64_t> v(kLaneTable64Size);
-    BuildLaneTable64(Table64(), kTernChunk, v.data());
+    BuildLaneTable64(HostJumpTable64(), kTernChunk, v.data());
     return v;
   }();
   return t.data();
@@ -87,7 +86,7 @@ std::string TernTwin(const std::vector<float>& v, int64_t bucket, Rng* rng, int*
       if (steps & 1) {
         uint64_t share = 0;  // the XOR of the 32 lanes' shares
         for (int lane = 0; lane < 32; ++lane)
-          share ^= JumpShare64(Table64() + power * 64, state, lane);
+          share ^= JumpShare64(HostJumpTable64() + power * 64, state, lane);
         state = share;
       }
     }
@@ -118,7 +117,7 @@ std::string TernTwin(const std::vector<float>& v, int64_t bucket, Rng* rng, int*
       }
     }
   }
-  rng->set_state(Advance64(Table64(), rng->state(), static_cast<uint64_t>(n)));
+  rng->set_state(Advance64(HostJumpTable64(), rng->state(), static_cast<uint64_t>(n)));
   return out;
 }
 
@@ -210,17 +209,18 @@ TEST_CASE("terngrad: bad payloads are flagged where terngrad.cc throws", "[cuda]
 
 TEST_CASE("terngrad: the warp jump and the lane table are Advance64", "[cuda][logic]") {
   std::vector<uint64_t> cols(kLaneTable64Size);
-  BuildLaneTable64(Table64(), kTernChunk, cols.data());
+  BuildLaneTable64(HostJumpTable64(), kTernChunk, cols.data());
   Rng rng(7);
   for (int trial = 0; trial < 20; ++trial) {
     const uint64_t state = rng.Next();
     const int power = trial % kJumpBits;
     uint64_t warp = 0;
-    for (int lane = 0; lane < 32; ++lane) warp ^= JumpShare64(Table64() + power * 64, state, lane);
-    REQUIRE(warp == ApplyColumns64(Table64() + power * 64, state));
+    for (int lane = 0; lane < 32; ++lane)
+      warp ^= JumpShare64(HostJumpTable64() + power * 64, state, lane);
+    REQUIRE(warp == ApplyColumns64(HostJumpTable64() + power * 64, state));
     for (int lane = 0; lane < 32; ++lane)
       REQUIRE(ApplyLaneColumns64(cols.data(), lane, state) ==
-              Advance64(Table64(), state, static_cast<uint64_t>(lane) * kTernChunk));
+              Advance64(HostJumpTable64(), state, static_cast<uint64_t>(lane) * kTernChunk));
   }
   // The staging puts each element where its reader looks, once.
   for (int p = 0; p < kTernChunk / kTernPiece; ++p) {

@@ -37,24 +37,6 @@ inline void Record(int* err, int code) {
   if (*err == 0) *err = code;
 }
 
-// The jump tables (device_logic.h), built here: the tests link no CUDA runtime.
-inline const uint32_t* Table32() {
-  static const std::vector<uint32_t> t = [] {
-    std::vector<uint32_t> v(kJumpTable32Size);
-    BuildJumpTable32(v.data());
-    return v;
-  }();
-  return t.data();
-}
-inline const uint64_t* Table64() {
-  static const std::vector<uint64_t> t = [] {
-    std::vector<uint64_t> v(kJumpTable64Size);
-    BuildJumpTable64(v.data());
-    return v;
-  }();
-  return t.data();
-}
-
 // Which special values a test vector mixes into its N(0, 0.01^2)-like body.
 struct Mix {
   bool zeros = true;      // +0 and -0

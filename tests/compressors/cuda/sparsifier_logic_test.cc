@@ -22,7 +22,6 @@ namespace gradpress::compressors::cuda {
 namespace {
 
 using sparse_testing::Data;
-using sparse_testing::Jump;
 using sparse_testing::Make;
 
 constexpr int64_t kSampleChunk = 64;   // sparse_select.cu
@@ -71,13 +70,13 @@ float TwinThreshold(const std::vector<float>& in, double ratio, int64_t m, uint6
     const double stride = static_cast<double>(n) / static_cast<double>(size);
     for (int64_t first = (size - 1) / kSampleChunk * kSampleChunk; first >= 0;
          first -= kSampleChunk) {
-      uint64_t st = Advance64(Jump(), *state, first);
+      uint64_t st = Advance64(HostJumpTable64(), *state, first);
       for (int64_t s = first; s < std::min(size, first + kSampleChunk); ++s) {
         st = Xorshift64Step(st);
         keys[s] = MagnitudeBits(in[SamplePosition(s, n, stride, Xorshift64Out(st))]);
       }
     }
-    *state = Advance64(Jump(), *state, size);
+    *state = Advance64(HostJumpTable64(), *state, size);
   }
   const int64_t above = std::clamp<int64_t>(
       static_cast<int64_t>(std::ceil(ratio * static_cast<double>(size))), 1, size);
@@ -200,7 +199,7 @@ TEST_CASE("stratified indices: one jump per chunk equals StratifiedIndices") {
       StratifiedIndices(seed, k, n, &want, &sizes);
       const uint64_t state0 = Rng(seed).state();
       for (int64_t first = 0; first < k; first += kStratumChunk) {
-        uint64_t st = Advance64(Jump(), state0, first);
+        uint64_t st = Advance64(HostJumpTable64(), state0, first);
         for (int64_t j = first; j < std::min(k, first + kStratumChunk); ++j) {
           st = Xorshift64Step(st);
           int64_t size = 0;

@@ -13,15 +13,6 @@
 
 namespace gradpress::compressors::cuda::sparse_testing {
 
-inline const uint64_t* Jump() {
-  static const std::vector<uint64_t> table = [] {
-    std::vector<uint64_t> t(kJumpTable64Size);
-    BuildJumpTable64(t.data());
-    return t;
-  }();
-  return table.data();
-}
-
 inline std::unique_ptr<Compressor> Make(const std::string& spec) {
   RegisterBuiltinCompressors();
   return MakeCompressor(ParseCodecShorthand(spec));
