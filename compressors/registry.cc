@@ -95,7 +95,7 @@ std::unique_ptr<Compressor> MakeCompressor(const CodecSpec& config) {
   return codec;
 }
 
-std::unique_ptr<Compressor> MakeDecoder(const std::string& name) {
+CodecSpec DecoderSpec(const std::string& name) {
   const auto plus = name.find('+');
   CodecSpec config;
   config.codec = name.substr(0, plus);
@@ -105,7 +105,11 @@ std::unique_ptr<Compressor> MakeDecoder(const std::string& name) {
     GP_ENFORCE(config.then->codec.find('+') == std::string::npos, "codec name '", name,
                "' has more than one '+'");
   }
-  return MakeCompressor(config);
+  return config;
+}
+
+std::unique_ptr<Compressor> MakeDecoder(const std::string& name) {
+  return MakeCompressor(DecoderSpec(name));
 }
 
 }  // namespace gradpress::compressors

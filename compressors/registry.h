@@ -31,4 +31,8 @@ std::unique_ptr<Compressor> MakeCompressor(const CodecSpec& config);
 // Throws InvalidArgument for an unknown name.
 std::unique_ptr<Compressor> MakeDecoder(const std::string& name);
 
+// The parameterless spec of a payload named `name` ("qsgd" or "topk+qsgd": codec, then), which
+// MakeDecoder builds (and the GPU's MakeDeviceDecoder). Throws InvalidArgument on two '+'.
+CodecSpec DecoderSpec(const std::string& name);
+
 }  // namespace gradpress::compressors

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "compressors/cuda/device_logic.h"
 #include "compressors/cuda/device_parts.h"
+#include "compressors/registry.h"
 
 namespace gradpress::compressors::cuda {
 
@@ -266,16 +267,7 @@ std::unique_ptr<DeviceCodec> MakeDeviceCodec(const CodecSpec& spec) {
 }
 
 std::unique_ptr<DeviceCodec> MakeDeviceDecoder(const std::string& name) {
-  const auto plus = name.find('+');
-  CodecSpec spec;
-  spec.codec = name.substr(0, plus);
-  if (plus != std::string::npos) {
-    spec.then = std::make_shared<CodecSpec>();
-    spec.then->codec = name.substr(plus + 1);
-    GP_ENFORCE(spec.then->codec.find('+') == std::string::npos, "codec name '", name,
-               "' has more than one '+'");
-  }
-  return MakeDeviceCodec(spec);
+  return MakeDeviceCodec(DecoderSpec(name));
 }
 
 }  // namespace gradpress::compressors::cuda
