@@ -60,7 +60,7 @@ class ErrorWord {
   int* host_ = nullptr;  // pinned
 };
 
-// Device copies of the jump tables (device_logic.h), built once per process.
+// Device copies of the jump tables (rng_logic.h), built once per process.
 const uint64_t* DeviceJumpTable64();
 const uint32_t* DeviceJumpTable32();
 

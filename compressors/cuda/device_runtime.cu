@@ -9,8 +9,9 @@
 
 #include "common/byte_io.h"
 #include "common/error.h"
-#include "compressors/cuda/device_logic.h"
+#include "compressors/cuda/decode_error.h"
 #include "compressors/cuda/device_parts.h"
+#include "compressors/cuda/rng_logic.h"
 #include "compressors/registry.h"
 
 namespace gradpress::compressors::cuda {

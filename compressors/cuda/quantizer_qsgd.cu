@@ -21,8 +21,10 @@
 
 #include "common/byte_io.h"
 #include "common/error.h"
+#include "compressors/cuda/decode_error.h"
 #include "compressors/cuda/quantizer_kernels.cuh"
-#include "compressors/cuda/quantizer_logic.h"
+#include "compressors/cuda/quantizer_stochastic_logic.h"
+#include "compressors/cuda/rng_logic.h"
 #include "compressors/qsgd.h"
 #include "compressors/rng.h"
 

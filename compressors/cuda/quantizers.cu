@@ -9,8 +9,9 @@
 
 #include "common/byte_io.h"
 #include "common/error.h"
+#include "compressors/cuda/decode_error.h"
+#include "compressors/cuda/quantizer_deterministic_logic.h"
 #include "compressors/cuda/quantizer_kernels.cuh"
-#include "compressors/cuda/quantizer_logic.h"
 
 namespace gradpress::compressors::cuda {
 namespace {

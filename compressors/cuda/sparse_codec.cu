@@ -8,7 +8,7 @@
 
 #include "common/byte_io.h"
 #include "common/error.h"
-#include "compressors/cuda/device_logic.h"
+#include "compressors/cuda/decode_error.h"
 #include "compressors/cuda/sparse_codec.h"
 
 namespace gradpress::compressors::cuda {

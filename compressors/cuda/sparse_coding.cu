@@ -12,7 +12,10 @@
 #include <cub/cub.cuh>
 
 #include "common/error.h"
+#include "compressors/cuda/decode_error.h"
+#include "compressors/cuda/rng_logic.h"
 #include "compressors/cuda/sparse_parts.h"
+#include "compressors/cuda/sparsifier_index_logic.h"
 #include "compressors/cuda/sparsifier_logic.h"
 
 namespace gradpress::compressors::cuda {

@@ -14,6 +14,8 @@
 #include <limits>
 
 #include "common/error.h"
+#include "compressors/cuda/decode_error.h"
+#include "compressors/cuda/rng_logic.h"
 #include "compressors/cuda/sparse_parts.h"
 #include "compressors/cuda/sparsifier_logic.h"
 

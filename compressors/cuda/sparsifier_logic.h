@@ -1,8 +1,10 @@
 #pragma once
-// The per-element logic of the device sparsifiers (topk, randomk, threshold, gaussiank, dgc),
-// shared by their CUDA kernels (sparse_select.cu, sparse_coding.cu) and by the host tests
+// The per-element selection logic of the device sparsifiers (topk, randomk, threshold,
+// gaussiank, dgc): which elements are kept, shared by their CUDA kernels (sparse_select.cu,
+// sparse_radix.cu, and sparse_coding.cu for randomk) and by the host tests
 // (tests/compressors/cuda/sparsifier_logic_test.cc), which run these functions in loops that
-// mirror the kernels and compare the result with the CPU codecs byte for byte.
+// mirror the kernels and compare the result with the CPU codecs byte for byte. The coding of
+// the kept indices is in sparsifier_index_logic.h.
 //
 // What each piece reproduces (the CPU code is the definition):
 //   randomk   StratifiedIndices (randomk.cc): index j is drawn with draw j of Rng(seed), i.e.
@@ -14,8 +16,6 @@
 //             device a radix select finds the k-th largest magnitude bits and a scan keeps
 //             the keys above it and the first equal ones (survivors arrive in index order).
 //             The sampled threshold's order statistic uses the same select.
-//   delta     Sparsifier::WriteIndices/ReadIndices (sparsifier.cc): varint gaps, gap - 1
-//             after the first; decoding mirrors ByteReader::GetVarint's limits.
 //   gaussiank MeanStd's final arithmetic (the sums themselves are reduced in another order
 //             on the device, so mean and std may differ from the CPU's in the last bits).
 //
@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "compressors/cuda/device_logic.h"
+#include "compressors/cuda/rng_logic.h"
 
 namespace gradpress::compressors::cuda {
 
@@ -129,64 +130,6 @@ GP_HD bool GaussianBounds(double sum, double sumsq, int64_t n, float shift, doub
   *lo = static_cast<float>(mean - z * sd);
   *hi = static_cast<float>(mean + z * sd);
   return true;
-}
-
-// ---- delta index coding ---------------------------------------------------------------------
-
-// The varint written for index j (Sparsifier::WriteIndices): the first index itself, then
-// the gap minus one.
-GP_HD uint64_t DeltaGap(int32_t idx, int32_t prev_or_minus1) {
-  return static_cast<uint64_t>(static_cast<int64_t>(idx) - prev_or_minus1 - 1);
-}
-
-// Reads a varint at p with `avail` bytes readable, as ByteReader::GetVarint does: returns its
-// length (1..10) and sets *v; 0 when the bytes end before its last byte; -1 when it is longer
-// than 10 bytes or overflows 64 bits.
-GP_HD int ParseVarint(const uint8_t* p, int64_t avail, uint64_t* v) {
-  uint64_t x = 0;
-  for (int i = 0; i < 10; ++i) {
-    if (i >= avail) return 0;
-    const uint8_t b = p[i];
-    const int shift = 7 * i;
-    if (shift >= 63 && (b & 0x7E) != 0) return -1;
-    x |= static_cast<uint64_t>(b & 0x7F) << shift;
-    if (!(b & 0x80)) {
-      *v = x;
-      return i + 1;
-    }
-  }
-  return -1;
-}
-
-GP_HD bool IsVarintEnd(uint8_t b) { return b < 0x80; }
-
-// Decoding varint j (its start found as the byte after the j-th terminator): the step its
-// gap adds to the previous index (ReadIndices: pos = (j == 0 ? 0 : pos + 1) + gap), or -1 and
-// *error set to a DecodeError when it is malformed or out of range for numel n.
-GP_HD int64_t DeltaStep(const uint8_t* p, int64_t avail, int64_t j, int64_t n, int* error) {
-  uint64_t gap = 0;
-  const int len = ParseVarint(p, avail, &gap);
-  if (len <= 0) {
-    *error = len == 0 ? kIndexCount : kVarintTooLong;
-    return -1;
-  }
-  if (gap >= static_cast<uint64_t>(n)) {
-    *error = kGapOutOfRange;
-    return -1;
-  }
-  return static_cast<int64_t>(gap) + (j > 0 ? 1 : 0);
-}
-
-// ---- int32 index coding -----------------------------------------------------------------------
-
-// Checks index j of an int32 list at p (4 bytes each, any alignment) against numel n and its
-// predecessor: kDecodeOk, kIndexOutOfRange or kIndexOrder; *idx receives the index.
-GP_HD int CheckInt32Index(const uint8_t* p, int64_t j, int64_t n, int32_t* idx) {
-  const auto v = static_cast<int32_t>(LoadU32(p + 4 * j));
-  *idx = v;
-  if (v < 0 || v >= n) return kIndexOutOfRange;
-  if (j > 0 && v <= static_cast<int32_t>(LoadU32(p + 4 * (j - 1)))) return kIndexOrder;
-  return kDecodeOk;
 }
 
 }  // namespace gradpress::compressors::cuda

@@ -1,6 +1,8 @@
 // The public API's promises (device_codec.h) that hold for every codec alike: the factory's
 // errors, empty tensors as null pointers, and Decode returning with its work done.
 #include "common/error.h"
+#include "tests/compressors/cuda/device_test_buffers.h"
+#include "tests/compressors/cuda/device_test_compare.h"
 #include "tests/compressors/cuda/device_test_util.h"
 
 namespace gradpress::compressors::cuda {

@@ -9,6 +9,8 @@
 #include <set>
 
 #include "compressors/selection.h"
+#include "tests/compressors/cuda/device_test_buffers.h"
+#include "tests/compressors/cuda/device_test_compare.h"
 #include "tests/compressors/cuda/device_test_util.h"
 
 namespace gradpress::compressors::cuda {

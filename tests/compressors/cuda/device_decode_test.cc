@@ -10,6 +10,7 @@
 #include "common/byte_io.h"
 #include "common/error.h"
 #include "compressors/qsgd.h"
+#include "tests/compressors/cuda/device_test_compare.h"
 #include "tests/compressors/cuda/device_test_util.h"
 
 namespace gradpress::compressors::cuda {

@@ -8,6 +8,8 @@
 #include "common/error.h"
 #include "compressors/error_feedback.h"
 #include "compressors/selection.h"
+#include "tests/compressors/cuda/device_test_buffers.h"
+#include "tests/compressors/cuda/device_test_compare.h"
 #include "tests/compressors/cuda/device_test_util.h"
 
 namespace gradpress::compressors::cuda {

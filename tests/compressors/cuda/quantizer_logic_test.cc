@@ -1,8 +1,8 @@
-// Host tests of the device quantizers' shared logic (compressors/cuda/quantizer_logic.h) for
-// the deterministic codecs: loops over the kernels' thread indices, calling the same GP_HD
-// functions as quantizers.cu and quantizer_onebit.cu, must write the CPU codecs' payloads
-// byte for byte and decode them as the CPU codecs do. qsgd and terngrad:
-// quantizer_qsgd_test.cc and quantizer_terngrad_test.cc.
+// Host tests of the device quantizers' shared logic (compressors/cuda/quantizer_logic.h) and of
+// the deterministic codecs' (quantizer_deterministic_logic.h): loops over the kernels' thread
+// indices, calling the same GP_HD functions as quantizers.cu and quantizer_onebit.cu, must
+// write the CPU codecs' payloads byte for byte and decode them as the CPU codecs do. qsgd and
+// terngrad: quantizer_qsgd_test.cc and quantizer_terngrad_test.cc.
 #include "compressors/cuda/quantizer_logic.h"
 
 #include <algorithm>
@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "compressors/bit_pack.h"
+#include "compressors/cuda/decode_error.h"
+#include "compressors/cuda/quantizer_deterministic_logic.h"
 #include "compressors/fp16.h"
 #include "compressors/int8.h"
 #include "compressors/onebit.h"

@@ -1,5 +1,5 @@
-// Host tests of qsgd's device logic (quantizer_logic.h) with its eight xorshift32 lanes:
-// loops over QsgdEncodeKernel's blocks, groups and lanes (quantizer_qsgd.cu), each lane
+// Host tests of qsgd's device logic (quantizer_stochastic_logic.h) with its eight xorshift32
+// lanes: loops over QsgdEncodeKernel's blocks, groups and lanes (quantizer_qsgd.cu), each lane
 // jumping to its first draw as the kernel's thread does, must write the CPU codec's
 // fixed-width payload for the same seed byte for byte, leave the Rng where the CPU codec
 // leaves it, and decode as the CPU codec does.
@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "compressors/cuda/quantizer_logic.h"
+#include "compressors/cuda/decode_error.h"
+#include "compressors/cuda/quantizer_stochastic_logic.h"
+#include "compressors/cuda/rng_logic.h"
 #include "compressors/qsgd.h"
 #include "tests/compressors/cuda/quantizer_test_util.h"
 

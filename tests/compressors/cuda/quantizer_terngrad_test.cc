@@ -1,15 +1,17 @@
-// Host tests of terngrad's device logic (quantizer_logic.h) with its xorshift64* stream:
-// loops over TernMaxKernel's and TernEncodeKernel's warps and lanes (quantizer_terngrad.cu),
-// each warp jumping together and each lane through its lane table as the kernel does, must
-// write the CPU codec's payload for the same seed byte for byte, leave the Rng where the CPU
-// codec leaves it, and decode as the CPU codec does.
+// Host tests of terngrad's device logic (quantizer_stochastic_logic.h) with its xorshift64*
+// stream: loops over TernMaxKernel's and TernEncodeKernel's warps and lanes
+// (quantizer_terngrad.cu), each warp jumping together and each lane through its lane table as
+// the kernel does, must write the CPU codec's payload for the same seed byte for byte, leave
+// the Rng where the CPU codec leaves it, and decode as the CPU codec does.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <limits>
 #include <string>
 #include <vector>
 
-#include "compressors/cuda/quantizer_logic.h"
+#include "compressors/cuda/decode_error.h"
+#include "compressors/cuda/quantizer_stochastic_logic.h"
+#include "compressors/cuda/rng_logic.h"
 #include "compressors/terngrad.h"
 #include "tests/compressors/cuda/quantizer_test_util.h"
 

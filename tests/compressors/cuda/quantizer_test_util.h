@@ -1,5 +1,5 @@
 #pragma once
-// Helpers for the host tests of the device quantizers' logic (quantizer_logic.h): the CPU
+// Helpers for the host tests of the device quantizers' logic (quantizer_*logic.h): the CPU
 // codecs that define the wire formats, and test vectors. No CUDA runtime.
 #include <cmath>
 #include <cstdint>

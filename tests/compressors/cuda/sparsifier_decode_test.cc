@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "common/byte_io.h"
-#include "compressors/cuda/sparsifier_logic.h"
+#include "compressors/cuda/decode_error.h"
+#include "compressors/cuda/sparsifier_index_logic.h"
 #include "tests/compressors/cuda/sparsifier_test_util.h"
 
 namespace gradpress::compressors::cuda {

@@ -1,7 +1,7 @@
 // Host twins of the device sparsifiers' selection and encoding (compressors/cuda/sparse_*.cu):
-// loops over the same GP_HD functions (sparsifier_logic.h) in the kernels' arrangement
-// (per-thread chunks that jump ahead, radix selects, scans, writes in any order), whose
-// payloads and Rng states must equal the CPU codecs' byte for byte.
+// loops over the same GP_HD functions (sparsifier_logic.h, sparsifier_index_logic.h) in the
+// kernels' arrangement (per-thread chunks that jump ahead, radix selects, scans, writes in any
+// order), whose payloads and Rng states must equal the CPU codecs' byte for byte.
 #include "compressors/cuda/sparsifier_logic.h"
 
 #include <algorithm>
@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "common/byte_io.h"
+#include "compressors/cuda/rng_logic.h"
+#include "compressors/cuda/sparsifier_index_logic.h"
 #include "compressors/randomk.h"
 #include "compressors/selection.h"
 #include "tests/compressors/cuda/sparsifier_test_util.h"

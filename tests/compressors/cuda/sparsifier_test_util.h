@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/codec_spec.h"
-#include "compressors/cuda/device_logic.h"
+#include "compressors/cuda/rng_logic.h"
 #include "compressors/registry.h"
 
 namespace gradpress::compressors::cuda::sparse_testing {
