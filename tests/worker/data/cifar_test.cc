@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "tests/catch_torch.h"
+#include "tests/worker/data/cifar_files.h"
 #include "tests/worker/data/test_util.h"
 #include "worker/data/dataset.h"
 

@@ -2,6 +2,7 @@
 #include <filesystem>
 
 #include "tests/catch_torch.h"
+#include "tests/worker/data/idx_files.h"
 #include "tests/worker/data/test_util.h"
 #include "worker/data/dataset.h"
 #include "worker/data/idx.h"
