@@ -84,13 +84,37 @@ bool Aggregation::Ready(const Lane& lane, const Membership& members) {
 
 std::shared_ptr<const StepResult> Aggregation::Finalize(Lane& lane, ModelState* model,
                                                         const StoreOptions& opt, ThreadPool* pool) {
+  Closing c = Close(lane);
+  auto result = Compute(lane, &c, model, opt, pool);
+  Publish(lane, c, result);
+  return result;
+}
+
+Aggregation::Closing Aggregation::Close(Lane& lane) {
+  Closing c;
+  c.step = lane.step;
+  c.contributors = lane.contributors;
+  c.apply_ms = lane.apply_ms;
+  c.lr = lane.lr;
+  // The previous result's buffers, unless a pull still holds it: no fresh pages per step.
+  if (lane.results.size() == 1 && lane.results.front().use_count() == 1) {
+    for (auto& kp : std::const_pointer_cast<StepResult>(lane.results.front())->payloads)
+      c.spare.push_back(std::move(kp.payload.bytes));
+    lane.results.clear();
+  }
+  lane.finalizing = true;
+  return c;
+}
+
+std::shared_ptr<StepResult> Aggregation::Compute(const Lane& lane, Closing* c, ModelState* model,
+                                                 const StoreOptions& opt, ThreadPool* pool) {
   Timer t;
   ModelState& m = *model;
   // Mean of the pushes received; exchange=weights then steps the optimizer on it. A mean
   // sent uncompressed is scaled while Encode copies it; the others are scaled in place.
-  const float inv = 1.f / static_cast<float>(lane.contributors);
+  const float inv = 1.f / static_cast<float>(c->contributors);
   SgdOptions sgd = opt.sgd;
-  if (lane.lr) sgd.lr = *lane.lr;
+  if (c->lr) sgd.lr = *c->lr;
   const auto blocks = m.Blocks(lane.begin, lane.end);
   pool->ParallelFor(static_cast<int64_t>(blocks.size()), [&](int64_t j) {
     const auto [i, begin, end] = blocks[j];
@@ -104,20 +128,14 @@ std::shared_ptr<const StepResult> Aggregation::Finalize(Lane& lane, ModelState* 
       SgdStep(sgd, k.weights.data(), k.accum.data(), k.numel, &k.sgd);
     });
   }
-  // The previous result's buffers, unless a pull still holds it: no fresh pages per step.
-  if (lane.results.size() == 1 && lane.results.front().use_count() == 1) {
-    for (auto& kp : std::const_pointer_cast<StepResult>(lane.results.front())->payloads)
-      lane.spare_bytes.push_back(std::move(kp.payload.bytes));
-    lane.results.clear();
-  }
   std::shared_ptr<StepResult> result =
-      m.Encode(lane.step, opt.exchange_weights, false, lane.begin, lane.end,
-               opt.exchange_weights ? 1.f : inv, &lane.spare_bytes);
+      m.Encode(c->step, opt.exchange_weights, false, lane.begin, lane.end,
+               opt.exchange_weights ? 1.f : inv, &c->spare);
   if (opt.shadow_weights && !opt.exchange_weights) {
     // The workers' own update on the mean just sent (the accumulator is still this step's:
-    // the next step's pushes wait for the lane's step to advance, under the store's lock).
+    // the next step's pushes wait for the lane's finalize to end).
     SgdOptions shadow = opt.shadow_sgd;
-    if (lane.lr) shadow.lr = *lane.lr;
+    if (c->lr) shadow.lr = *c->lr;
     pool->ParallelFor(static_cast<int64_t>(lane.keys()), [&](int64_t j) {
       const size_t i = lane.begin + j;
       KeyState& k = m.key(i);
@@ -133,9 +151,14 @@ std::shared_ptr<const StepResult> Aggregation::Finalize(Lane& lane, ModelState* 
       SgdStep(shadow, k.weights.data(), k.accum.data(), k.numel, &k.sgd);
     });
   }
+  c->compute_ms = t.ElapsedMs();
+  return result;
+}
+
+void Aggregation::Publish(Lane& lane, const Closing& c, const std::shared_ptr<StepResult>& result) {
   lane.accum_holders = 0;  // the next step's first push overwrites the accumulator
-  result->contributors = lane.contributors;
-  result->server_ms = t.ElapsedMs() + lane.apply_ms / lane.contributors;
+  result->contributors = c.contributors;
+  result->server_ms = c.compute_ms + c.apply_ms / c.contributors;
   lane.results.push_back(result);
   while (lane.results.size() > 1) lane.results.pop_front();  // the barrier orders steps
   ++lane.step;
@@ -143,7 +166,7 @@ std::shared_ptr<const StepResult> Aggregation::Finalize(Lane& lane, ModelState* 
   lane.contributors = 0;
   lane.apply_ms = 0;
   lane.lr.reset();
-  return result;
+  lane.finalizing = false;
 }
 
 }  // namespace gradpress::server

@@ -2,17 +2,23 @@
 // Aggregation: the per-bucket step aggregation of the parameter store. The model's keys are
 // split into lanes, one per bucket of the registered split (one for the whole model without
 // one). A lane owns keys [begin, end) during a step: which workers pushed them, where pushes
-// land (the accumulator rows of those keys, or the lane's staging buffer for a dense push;
-// a sparse one is added from its indices and values), and the newest
-// result. A lane completes its step on its own, as soon as every live worker has pushed it
-// (per-bucket completion): the mean, the server's SGD step (exchange=weights) or the shadow
-// weights' step, and the pull codec's encoding of the result. Part of ParameterStore
-// (server/parameter_store.h), which holds the lock that guards it; the streamed pushes that
-// fill a lane are in parameter_store_push.cc.
+// land (the accumulator rows of those keys, or the lane's staging buffer for a dense push; a
+// sparse one is added from its indices and values), and the newest result. A lane completes
+// its step on its own, as soon as every live worker has pushed it (per-bucket completion):
+// the mean, the server's SGD step (exchange=weights) or the shadow weights' step, and the
+// pull codec's encoding of the result. Owned by ParameterStore (server/store_state.h), whose
+// lock guards the lanes' bookkeeping; the pushes that fill a lane are in
+// parameter_store_push.cc and parameter_store_landing.cc.
 //
 //   Aggregation agg;  agg.Split(bucket_keys, model.size(), step);
 //   Lane& lane = agg.Of(bucket, w);
 //   if (agg.Ready(lane, members)) auto r = agg.Finalize(lane, &model, options, &pool);
+// The store finalizes in three phases, the work without its lock:
+//   Aggregation::Closing c = Aggregation::Close(lane);           // lock held
+//   auto r = Aggregation::Compute(lane, &c, &model, opt, &pool);  // lock not held
+//   Aggregation::Publish(lane, c, r);                             // lock held
+// While lane.finalizing, the lane's keys (accumulator, weights, optimizer, pull codec) are
+// Compute's alone: the store lands no push in the lane and takes no hold on the whole model.
 // Thread-safety: none of its own.
 #include <cstdint>
 #include <deque>
@@ -45,9 +51,9 @@ struct Lane {
   double apply_ms = 0;                                    // the open step's pushes: validate + land
   std::optional<double> lr;                               // lr the open step's pushes asked for
   std::deque<std::shared_ptr<const StepResult>> results;  // newest last
-  std::vector<std::string> spare_bytes;  // a dropped result's buffers, for the next Encode
-  bool accum_owned = false;              // a push is streaming straight into the accumulator rows
-  int accum_holders = 0;  // pushes in the accumulator (committed, being added or owning it)
+  bool finalizing = false;   // Close..Publish: the lane's keys are Compute's (no lock held)
+  bool accum_owned = false;  // a push is streaming straight into the accumulator rows
+  int accum_holders = 0;     // pushes in the accumulator (committed, being added or owning it)
   std::vector<std::unique_ptr<Buffer>> staging_free;
   int staging_count = 0;  // staging buffers allocated (dense pushes only)
   // Held (not the store's lock) while a push is added into accumulator rows that already
@@ -57,7 +63,7 @@ struct Lane {
   size_t keys() const { return end - begin; }
   int64_t LastStep(const std::string& worker) const;
   bool Idle() const {
-    return pushed.empty() && in_flight.empty() && accum_holders == 0 && !accum_owned;
+    return pushed.empty() && in_flight.empty() && accum_holders == 0 && !accum_owned && !finalizing;
   }
   // The kept result of `step`, or null.
   std::shared_ptr<const StepResult> Find(int64_t step) const;
@@ -85,9 +91,27 @@ class Aggregation {
   // accumulator must land first).
   static bool Ready(const Lane& lane, const Membership& members);
   // Completes the lane's open step: the result (contributors and server_ms set), kept as the
-  // lane's newest; advances lane.step and resets the open step.
+  // lane's newest; advances lane.step and resets the open step. Close + Compute + Publish.
   static std::shared_ptr<const StepResult> Finalize(Lane& lane, ModelState* model,
                                                     const StoreOptions& opt, ThreadPool* pool);
+  // The open step's figures, taken when a finalize begins.
+  struct Closing {
+    int64_t step = 0;
+    int contributors = 0;
+    double apply_ms = 0;             // the pushes' validate + land, summed
+    std::optional<double> lr;        // the learning rate the pushes asked for
+    std::vector<std::string> spare;  // the previous result's buffers, for Encode
+    double compute_ms = 0;           // set by Compute
+  };
+  // Begins the finalize of a Ready lane: lane.finalizing; the previous result's buffers are
+  // taken for reuse unless someone still holds that result.
+  static Closing Close(Lane& lane);
+  // The mean, SGD or shadow step and the pull encoding of the lane's keys; touches nothing
+  // of the lane but its key range, so it runs without the store's lock.
+  static std::shared_ptr<StepResult> Compute(const Lane& lane, Closing* c, ModelState* model,
+                                             const StoreOptions& opt, ThreadPool* pool);
+  // Keeps the result as the lane's newest, advances lane.step, opens the next step.
+  static void Publish(Lane& lane, const Closing& c, const std::shared_ptr<StepResult>& result);
 
  private:
   std::vector<std::unique_ptr<Lane>> lanes_;  // model order

@@ -7,20 +7,11 @@
 #include "common/error.h"
 #include "common/shape.h"
 #include "compressors/registry.h"
+#include "server/payload_check.h"
 
 namespace gradpress::server {
 
 using compressors::Payload;
-
-namespace {
-
-std::vector<float>& Scratch(int64_t n) {
-  thread_local std::vector<float> scratch;
-  if (static_cast<int64_t>(scratch.size()) < n) scratch.resize(n);
-  return scratch;
-}
-
-}  // namespace
 
 ModelState::ModelState(const StoreOptions& options, ThreadPool* pool) : opt_(options), pool_(pool) {
   compressors::RegisterBuiltinCompressors();
@@ -72,92 +63,47 @@ const compressors::Compressor& ModelState::Decoder(const std::string& codec) {
 
 std::vector<const Payload*> ModelState::Validate(const std::vector<KeyPayload>& pushes,
                                                  const Reject& reject) {
+  // The checks of a streamed push (server/payload_check.h), each payload taken as one piece.
+  const PayloadCheck check(this, /*sparse=*/false);
+  std::vector<PayloadIn> in(keys_.size());
   std::vector<const Payload*> ordered(keys_.size(), nullptr);
   try {
     for (const auto& kp : pushes) {
-      auto it = key_index_.find(kp.key);
-      GP_REFUSE(InvalidArgument, Reason::kBadKeyOrShape, it != key_index_.end(), "unknown key '",
-                kp.key, "'");
-      GP_REFUSE(InvalidArgument, Reason::kBadKeyOrShape, ordered[it->second] == nullptr, "key '",
-                kp.key, "' pushed twice");
-      const TensorSpec& spec = model_[it->second];
-      GP_REFUSE(InvalidArgument, Reason::kBadKeyOrShape, kp.payload.shape == spec.shape, "key '",
-                kp.key, "': shape ", ShapeToString(kp.payload.shape),
-                " does not match the model's ", ShapeToString(spec.shape));
-      ordered[it->second] = &kp.payload;
+      const size_t i = check.Index(kp.key);
+      const Payload& p = kp.payload;
+      PayloadPiece piece{kp.key, p.codec, p.shape};  // the whole payload, at offset 0
+      piece.dtype = static_cast<uint32_t>(p.dtype);
+      piece.total_bytes = p.bytes.size();
+      check.Piece(i, piece, p.bytes.size(), &in[i]);
+      in[i].got = p.bytes.size();
+      ordered[i] = &p;
     }
-    for (size_t i = 0; i < ordered.size(); ++i)
-      GP_REFUSE(InvalidArgument, Reason::kBadKeyOrShape, ordered[i] != nullptr,
-                "push is missing key '", model_[i].key, "'");
-  } catch (const InvalidArgument&) {
-    reject("bad_key_or_shape");
+    for (size_t i = 0; i < keys_.size(); ++i) check.Complete(i, in[i]);
+    // Work items: a whole key for a coded payload (decoded to be checked, not kept);
+    // kBlock-element ranges of a raw one, checked in place and split across threads.
+    struct Item {
+      size_t key;
+      int64_t begin, end;
+    };
+    std::vector<Item> items;
+    for (size_t i = 0; i < keys_.size(); ++i) {
+      const int64_t n = keys_[i]->numel;
+      if (!in[i].raw) {
+        items.push_back({i, 0, n});
+        continue;
+      }
+      for (int64_t b = 0; b < n; b += kBlock) items.push_back({i, b, std::min(n, b + kBlock)});
+    }
+    ForEachChecked(pool_, static_cast<int64_t>(items.size()), [&](int64_t t) {
+      const Item& it = items[t];
+      const std::string_view bytes = ordered[it.key]->bytes;
+      if (!in[it.key].raw) return check.Decode(it.key, bytes, &in[it.key], nullptr);
+      const size_t at = it.begin * sizeof(float), len = (it.end - it.begin) * sizeof(float);
+      check.Raw(it.key, at, bytes.substr(at, len), nullptr);
+    });
+  } catch (const InvalidArgument& e) {
+    reject(ReasonName(e.reason()));
     throw;
-  }
-  // Work items: a whole key for a compressed payload; kBlock-element ranges of a "none"
-  // payload, which is read in place (no decode buffer) and split across threads.
-  struct Item {
-    size_t key;
-    int64_t begin, end;
-    bool raw;
-  };
-  std::vector<Item> items;
-  for (size_t i = 0; i < ordered.size(); ++i) {
-    const int64_t n = keys_[i]->numel;
-    bool raw = false;  // the floats themselves: checked in place, no decode
-    try {
-      raw = Decoder(ordered[i]->codec).IsLossless();
-    } catch (const Error& e) {
-      reject("undecodable");
-      throw InvalidArgument("key '" + model_[i].key + "': payload does not decode: " + e.message(),
-                            Reason::kUndecodable);
-    }
-    if (!raw) {
-      items.push_back({i, 0, n, false});
-      continue;
-    }
-    const size_t want = static_cast<size_t>(n) * sizeof(float);
-    if (ordered[i]->bytes.size() != want) {
-      reject("undecodable");
-      throw InvalidArgument(
-          "key '" + model_[i].key + "': payload does not decode: " + ordered[i]->codec + ": " +
-          std::to_string(ordered[i]->bytes.size()) + " bytes, expected " + std::to_string(want));
-    }
-    for (int64_t b = 0; b < n; b += kBlock) items.push_back({i, b, std::min(n, b + kBlock), true});
-  }
-  std::vector<std::string> errors(items.size());
-  std::vector<char> non_finite(items.size(), 0);
-  pool_->ParallelFor(static_cast<int64_t>(items.size()), [&](int64_t t) {
-    const Item& it = items[t];
-    const Payload& p = *ordered[it.key];
-    int64_t bad = -1;
-    if (it.raw) {
-      float block[4096];
-      for (int64_t b = it.begin; b < it.end && bad < 0; b += 4096) {
-        const int64_t len = std::min<int64_t>(4096, it.end - b);
-        std::memcpy(block, p.bytes.data() + b * sizeof(float), len * sizeof(float));
-        const int64_t at = FirstNonFinite(block, len);
-        if (at >= 0) bad = b + at;
-      }
-    } else {
-      std::vector<float>& scratch = Scratch(keys_[it.key]->numel);
-      try {
-        Decoder(p.codec).DecodeTo(p.bytes, keys_[it.key]->numel, scratch.data());
-      } catch (const Error& e) {
-        errors[t] = "key '" + model_[it.key].key + "': payload does not decode: " + e.message();
-        return;
-      }
-      bad = FirstNonFinite(scratch.data(), keys_[it.key]->numel);
-    }
-    if (bad >= 0) {
-      non_finite[t] = 1;
-      errors[t] = "key '" + model_[it.key].key + "': decoded gradient has NaN or Inf at element " +
-                  std::to_string(bad);
-    }
-  });
-  for (size_t t = 0; t < errors.size(); ++t) {
-    if (errors[t].empty()) continue;
-    reject(non_finite[t] ? "non_finite" : "undecodable");
-    throw InvalidArgument(errors[t], non_finite[t] ? Reason::kNonFinite : Reason::kUndecodable);
   }
   return ordered;
 }
@@ -192,10 +138,12 @@ std::vector<std::tuple<size_t, int64_t, int64_t>> ModelState::Blocks(size_t firs
   return blocks;
 }
 
-std::shared_ptr<const StepResult> ModelState::AsyncWeights(int64_t step) {
-  if (!weights_result_ || weights_result_->step != step)
-    weights_result_ = Encode(step, true, false, 0, keys_.size(), 1.f, nullptr);
-  return weights_result_;
+std::shared_ptr<const StepResult> ModelState::AsyncWeights(int64_t step) const {
+  return weights_result_ && weights_result_->step == step ? weights_result_ : nullptr;
+}
+
+void ModelState::KeepAsyncWeights(std::shared_ptr<const StepResult> r) {
+  weights_result_ = std::move(r);
 }
 
 std::shared_ptr<StepResult> ModelState::Encode(int64_t step, bool weights, bool lossless,

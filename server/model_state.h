@@ -2,17 +2,18 @@
 // ModelState: the server's copy of the model -- per key its weights, the open step's
 // accumulator, the optimizer state (server SGD or the shadow weights) and the pull codec with
 // its error feedback -- plus the model's fingerprint, whether and by whom it was initialised,
-// the weights' version (method 6), and the encoding of results. Part of ParameterStore
-// (server/parameter_store.h), which holds the lock that guards it; ParallelFor work on keys
-// runs on the store's pool.
+// the weights' version (method 6), and the encoding of results. Owned by ParameterStore
+// (server/store_state.h); ParallelFor work on keys runs on the store's pool.
 //
 //   ModelState m(options, &pool);
 //   m.Set(specs, config_hash);                    // the first Register
 //   auto ordered = m.Validate(pushes, reject);    // whole push checked, nothing applied
 //   m.DecodeWeights(ordered);                     // InitWeights / PublishWeights
 //   auto r = m.Encode(step, /*weights=*/true, /*lossless=*/true, 0, m.size(), 1.f, nullptr);
-// Thread-safety: Decoder and the const readers may be called from several threads at once
-// (the store's pool); the rest under the store's lock.
+// Thread-safety: Decoder, Validate and the const readers of the fingerprint may be called
+// from several threads at once. The keys' contents are worked on outside the store's lock by
+// whoever holds them (server/key_holds.h: a lane's finalize, a reader, a writer; the
+// accumulator rows by the lane's pushes); everything else is under the store's lock.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -61,8 +62,9 @@ class ModelState {
   // A decoder for `codec`, cached (throws as compressors::MakeDecoder for an unknown one).
   const compressors::Compressor& Decoder(const std::string& codec);
 
-  // Every key present once, with its shape; every payload decodes to finite numbers. Throws
-  // InvalidArgument naming the key (after counting the reason); returns the model order.
+  // Every key present once, with its shape; every payload decodes to finite numbers: the
+  // checks of a push (server/payload_check.h). Throws InvalidArgument naming the key (after
+  // counting the reason); returns the model order.
   std::vector<const compressors::Payload*> Validate(const std::vector<KeyPayload>& pushes,
                                                     const Reject& reject);
   // Replaces the weights by validated payloads (model order).
@@ -73,8 +75,10 @@ class ModelState {
   // (the mean), lossless or with the pull codec; `spare` (may be null) recycles buffers.
   std::shared_ptr<StepResult> Encode(int64_t step, bool weights, bool lossless, size_t first,
                                      size_t last, float scale, std::vector<std::string>* spare);
-  // Async: the current weights with the pull codec, encoded once per server step.
-  std::shared_ptr<const StepResult> AsyncWeights(int64_t step);
+  // Async: the weights of `step` with the pull codec, encoded once per server step (Encode,
+  // by the step's writer) and kept here; null if those kept are of another step.
+  std::shared_ptr<const StepResult> AsyncWeights(int64_t step) const;
+  void KeepAsyncWeights(std::shared_ptr<const StepResult> r);
   // Index of the first NaN or Inf in x[0, n), or -1.
   static int64_t FirstNonFinite(const float* x, int64_t n);
   // Key i's pull codec sends the float32 values themselves (Compressor::IsLossless).

@@ -1,3 +1,5 @@
+// ParameterStore: registration (the model's fingerprint, the bucket split, a restarted
+// shard's catch-up) and the initial weights.
 #include "server/parameter_store.h"
 
 #include <spdlog/spdlog.h>
@@ -30,11 +32,13 @@ uint64_t StepResult::PayloadBytes() const {
   return b;
 }
 
-ParameterStore::ParameterStore(StoreOptions options)
+StoreState::StoreState(StoreOptions options)
     : opt_(std::move(options)),
       pool_(std::max(1, opt_.threads)),
       members_(opt_.workers, opt_.worker_timeout_s),
-      model_(opt_, &pool_) {
+      model_(opt_, &pool_) {}
+
+ParameterStore::ParameterStore(StoreOptions options) : StoreState(std::move(options)) {
   compressors::RegisterBuiltinCompressors();
   GP_ENFORCE(opt_.workers >= 1, "server needs at least one worker, got ", opt_.workers);
   GP_ENFORCE(!opt_.async || opt_.exchange_weights,
@@ -44,8 +48,7 @@ ParameterStore::ParameterStore(StoreOptions options)
 
 ParameterStore::~ParameterStore() { Shutdown(); }
 
-void ParameterStore::SetModel(const std::vector<TensorSpec>& model,
-                              const std::string& config_hash) {
+void StoreState::SetModel(const std::vector<TensorSpec>& model, const std::string& config_hash) {
   model_.Set(model, config_hash);
   agg_.Split({}, model_.size(), step_);
 }
@@ -143,7 +146,7 @@ RegisterResult ParameterStore::Register(const WorkerId& w, const std::vector<Ten
   return {m.rank, opt_.workers, step_, model_.initialized};
 }
 
-void ParameterStore::CatchUp(std::unique_lock<std::mutex>* lock, const WorkerId& w, int64_t step) {
+void StoreState::CatchUp(std::unique_lock<std::mutex>* lock, const WorkerId& w, int64_t step) {
   // Only a shard of several that has done nothing since it (re)started, once.
   if (opt_.shards < 2 || catch_up_done_ || step_ != started_at_ || !agg_.Idle()) return;
   if (catch_up_asks_.empty()) catch_up_first_ = Clock::now();
@@ -191,9 +194,9 @@ void ParameterStore::CatchUp(std::unique_lock<std::mutex>* lock, const WorkerId&
   await_weights();
 }
 
-Member& ParameterStore::CheckWorker(const WorkerId& w) { return members_.Check(w, step_); }
+Member& StoreState::CheckWorker(const WorkerId& w) { return members_.Check(w, step_); }
 
-void ParameterStore::Reject(const std::string& reason) {
+void StoreState::Reject(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.rejected[reason];
 }
@@ -208,10 +211,12 @@ bool ParameterStore::InitWeights(const WorkerId& w, const std::vector<KeyPayload
     CheckWorker(w);
     if (model_.initialized) return won();
   }
-  const auto ordered = model_.Validate(weights, Rejecter());
-  std::lock_guard<std::mutex> lock(mu_);
+  const auto ordered = model_.Validate(weights, Rejecter());  // the checks of a push
+  std::unique_lock<std::mutex> lock(mu_);
   if (model_.initialized) return won();
-  model_.DecodeWeights(ordered);
+  KeyHold hold(&holds_, &lock, &step_cv_, KeyHolds::kWrite);  // decoded without mu_
+  if (model_.initialized) return won();  // another call won while this one waited
+  Unlocked(&lock, [&] { model_.DecodeWeights(ordered); });
   model_.initialized = true;
   model_.initialized_by = w;
   spdlog::info("initial weights from worker '{}' ({} keys)", w.name, model_.size());

@@ -1,8 +1,10 @@
-// ParameterStore, part four: checkpoints of the server's state (shared/DESIGN.md,
-// "Reliability rules"). Sections: "meta" (step, weights version, initialized, config hash,
-// model fingerprint), "members" (name, incarnation, rank per registered worker) and per key
-// "weights/<key>", "momentum/<key>" (empty before the first step with momentum), "pull/<key>"
-// (the pull codec's SaveState).
+// ParameterStore: checkpoints of the server's state (shared/DESIGN.md, "Reliability rules").
+// Sections: "meta" (step, weights version, initialized, config hash, model fingerprint),
+// "members" (name, incarnation, rank per registered worker) and per key "weights/<key>",
+// "momentum/<key>" (empty before the first step with momentum), "pull/<key>" (the pull
+// codec's SaveState). Meta and members are taken under the store's lock; the keys are copied
+// without it, holding them as a reader (no lane finalizes meanwhile, so every lane stays at
+// the checkpoint's step), and the file is written and fsynced holding nothing.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -15,16 +17,20 @@
 namespace gradpress::server {
 
 Checkpoint ParameterStore::SaveCheckpoint() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return SaveCheckpointLocked();
+  std::unique_lock<std::mutex> lock(mu_);
+  KeyHold hold(&holds_, &lock, &step_cv_, KeyHolds::kRead);
+  Checkpoint c = CheckpointMeta(step_);
+  // Without a model (no key to copy), a Register may set one: nothing is read without mu_.
+  if (!model_.empty()) Unlocked(&lock, [&] { model_.Save(&c); });
+  return c;
 }
 
-Checkpoint ParameterStore::SaveCheckpointLocked() const {
+Checkpoint StoreState::CheckpointMeta(int64_t step) const {
   Checkpoint c;
-  c.step = step_;
+  c.step = step;
   std::string meta;
   ByteWriter w(&meta);
-  w.Put<uint64_t>(static_cast<uint64_t>(step_));
+  w.Put<uint64_t>(static_cast<uint64_t>(step));
   w.Put<uint64_t>(static_cast<uint64_t>(model_.weights_version));
   w.Put<uint8_t>(model_.initialized ? 1 : 0);
   const std::string& hash = model_.config_hash();
@@ -43,7 +49,6 @@ Checkpoint ParameterStore::SaveCheckpointLocked() const {
   ByteWriter m(&members);
   members_.Save(&m);
   c.Put("members", std::move(members));
-  model_.Save(&c);
   return c;
 }
 
@@ -105,12 +110,15 @@ void ParameterStore::RestoreCheckpoint(const Checkpoint& c) {
 }
 
 std::string ParameterStore::WriteCheckpoint() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return WriteCheckpointLocked();
+  std::unique_lock<std::mutex> lock(mu_);
+  return WriteCheckpointLocked(&lock);
 }
 
-std::string ParameterStore::WriteCheckpointLocked() {
-  if (opt_.checkpoint_dir.empty() || model_.empty() || last_checkpoint_step_ == step_) return "";
+std::string StoreState::WriteCheckpointLocked(std::unique_lock<std::mutex>* lock) {
+  if (opt_.checkpoint_dir.empty() || model_.empty() || last_checkpoint_step_ >= step_) return "";
+  // Holds the keys for reading: a finalize in progress ends first, none starts until copied.
+  KeyHold hold(&holds_, lock, &step_cv_, KeyHolds::kRead);
+  if (last_checkpoint_step_ >= step_) return "";
   if (!agg_.Even()) {  // some buckets of the open step are done: the weights are mid-step
     spdlog::warn(
         "no checkpoint of step {}: part of the next step is applied; the newest "
@@ -118,20 +126,44 @@ std::string ParameterStore::WriteCheckpointLocked() {
         step_);
     return "";
   }
-  const std::string path =
-      gradpress::SaveCheckpoint(opt_.checkpoint_dir, SaveCheckpointLocked(), opt_.checkpoint_keep);
-  last_checkpoint_step_ = step_;
-  spdlog::info("checkpoint of step {} written to {}", step_, path);
+  Checkpoint c = CheckpointMeta(step_);
+  Unlocked(lock, [&] { model_.Save(&c); });
+  AwaitCheckpointTurn(lock);  // still holding the keys: files go out in step order
+  hold.Release();
+  return WriteCheckpointFile(lock, c);
+}
+
+void StoreState::AwaitCheckpointTurn(std::unique_lock<std::mutex>* lock) {
+  step_cv_.wait(*lock, [&] { return !checkpoint_writing_; });
+  checkpoint_writing_ = true;
+}
+
+std::string StoreState::WriteCheckpointFile(std::unique_lock<std::mutex>* lock,
+                                            const Checkpoint& c) {
+  struct Done {  // the next file's turn
+    StoreState* s;
+    ~Done() {
+      s->checkpoint_writing_ = false;
+      s->step_cv_.notify_all();
+    }
+  } done{this};
+  if (last_checkpoint_step_ >= c.step) return "";  // this step's was written meanwhile
+  std::string path;
+  Unlocked(lock,
+           [&] { path = gradpress::SaveCheckpoint(opt_.checkpoint_dir, c, opt_.checkpoint_keep); });
+  last_checkpoint_step_ = c.step;
+  spdlog::info("checkpoint of step {} written to {}", c.step, path);
   return path;
 }
 
-void ParameterStore::MaybeCheckpoint() {
+void StoreState::MaybeCheckpoint(std::unique_lock<std::mutex>* lock) {
   if (opt_.checkpoint_every <= 0 || step_ % opt_.checkpoint_every != 0) return;
+  const int64_t step = step_;
   try {
-    WriteCheckpointLocked();
+    WriteCheckpointLocked(lock);
   } catch (const Error& e) {
     // A full disk must not stop training: the previous checkpoint stays valid.
-    spdlog::error("checkpoint of step {} failed: {}", step_, e.what());
+    spdlog::error("checkpoint of step {} failed: {}", step, e.what());
   }
 }
 

@@ -15,7 +15,7 @@
 
 namespace gradpress::server {
 
-bool ParameterStore::TryOwn(PushSession::State& st) {
+bool StoreState::TryOwn(PushState& st) {
   Lane& lane = *st.lane;
   if (opt_.async || lane.accum_owned || lane.accum_holders != 0) return false;
   lane.accum_owned = true;
@@ -25,7 +25,7 @@ bool ParameterStore::TryOwn(PushSession::State& st) {
   return true;
 }
 
-void ParameterStore::AcquireTarget(PushSession::State& st, std::unique_lock<std::mutex>& lock) {
+void StoreState::AcquireTarget(PushState& st, std::unique_lock<std::mutex>& lock) {
   Lane& lane = *st.lane;
   for (;;) {
     if (TryOwn(st)) return;  // the accumulator came free (its first push failed)
@@ -47,12 +47,12 @@ void ParameterStore::AcquireTarget(PushSession::State& st, std::unique_lock<std:
   for (auto& v : *st.staging) st.dst.push_back(v.data());
 }
 
-void ParameterStore::EnsureTarget(PushSession::State& st) {
+void StoreState::EnsureTarget(PushState& st) {
   std::unique_lock<std::mutex> lock(mu_);
   if (st.dst.empty()) AcquireTarget(st, lock);
 }
 
-void ParameterStore::ReleaseTarget(PushSession::State& st) {
+void StoreState::ReleaseTarget(PushState& st) {
   if (st.owner) {  // committed: its floats stay, counted in accum_holders; else gone
     st.lane->accum_owned = false;
     if (!st.committed) --st.lane->accum_holders;
@@ -63,7 +63,7 @@ void ParameterStore::ReleaseTarget(PushSession::State& st) {
   step_cv_.notify_all();
 }
 
-void ParameterStore::AddToAccumulator(PushSession::State& st) {
+void StoreState::AddToAccumulator(PushState& st) {
   Lane& lane = *st.lane;
   // One add at a time per lane: the order of the float additions is the order of the
   // pushes, and each row's SignedZeros is updated by one add at a time.
@@ -88,13 +88,13 @@ void ParameterStore::AddToAccumulator(PushSession::State& st) {
       acc[e] += s[e];
   });
   pool_.ParallelFor(static_cast<int64_t>(sparse.size()), [&](int64_t j) {
-    const PushSession::State::KeyIn& in = st.keys[sparse[j]];
+    const PayloadIn& in = st.keys[sparse[j]];
     KeyState& k = model_.key(lane.begin + sparse[j]);
     AddSparse(in.idx, in.val, k.numel, k.accum.data(), &k.zeros);
   });
 }
 
-PushPullResult ParameterStore::CommitSync(PushSession::State& st, bool wait) {
+PushPullResult StoreState::CommitSync(PushState& st, bool wait) {
   std::unique_lock<std::mutex> lock(mu_);
   Lane& lane = *st.lane;
   if (st.owner) {  // its raw and dense keys may hold -0.0 anywhere; its sparse ones are known
@@ -110,7 +110,7 @@ PushPullResult ParameterStore::CommitSync(PushSession::State& st, bool wait) {
     if (lane.accum_holders == 0) {  // nothing in the accumulator (its first push failed):
       for (size_t i = lane.begin; i < lane.end; ++i) {  // this push becomes it
         KeyState& k = model_.key(i);
-        const PushSession::State::KeyIn& in = st.keys[i - lane.begin];
+        const PayloadIn& in = st.keys[i - lane.begin];
         if (in.sparse) {
           AssignSparse(in.idx, in.val, k.numel, k.accum.data(), &k.zeros);
         } else {
@@ -138,7 +138,7 @@ PushPullResult ParameterStore::CommitSync(PushSession::State& st, bool wait) {
   if (st.lr) lane.lr = st.lr;
   lane.last_step[st.w.name] = st.step;
   const int64_t step = st.step;
-  MaybeFinalize(lane);
+  MaybeFinalize(lane, &lock);
   if (!wait) return {nullptr, 0, st.apply_ms, false};
   Timer waited;
   step_cv_.wait_until(lock, st.deadline, [&] { return shutdown_ || lane.step > step; });

@@ -1,6 +1,7 @@
-// ParameterStore, part three: the server's weights as a shared checkpoint of the job --
-// reading them, and method 6's per-epoch election of the best worker, who then publishes
-// its weights for everyone to adopt.
+// ParameterStore: the server's weights as a shared checkpoint of the job -- reading them, and
+// method 6's per-epoch election of the best worker, who then publishes its weights for
+// everyone to adopt. Weights are copied as a reader and replaced as the writer of the
+// model's keys (server/key_holds.h), without the store's lock.
 #include <spdlog/spdlog.h>
 
 #include <cmath>
@@ -22,7 +23,13 @@ std::shared_ptr<const StepResult> ParameterStore::Weights(const WorkerId& w, int
   GP_REFUSE(Unavailable, Reason::kTimedOut, model_.weights_version >= min_version,
             "weights version ", min_version, " not published yet (now ", model_.weights_version,
             "); retry");
-  return model_.Encode(step_, /*weights=*/true, /*lossless=*/true, 0, model_.size(), 1.f, nullptr);
+  KeyHold hold(&holds_, &lock, &step_cv_, KeyHolds::kRead);  // no finalize steps them meanwhile
+  const int64_t step = step_;
+  std::shared_ptr<const StepResult> r;
+  Unlocked(&lock, [&] {
+    r = model_.Encode(step, /*weights=*/true, /*lossless=*/true, 0, model_.size(), 1.f, nullptr);
+  });
+  return r;
 }
 
 std::pair<int, double> ParameterStore::Elect(const WorkerId& w, int64_t round, double score,
@@ -61,9 +68,11 @@ void ParameterStore::PublishWeights(const WorkerId& w, int64_t round,
     }
     if (model_.weights_version >= round + 1) return;  // a retry: this round's weights are in
   }
-  const auto ordered = model_.Validate(weights, Rejecter());
-  std::lock_guard<std::mutex> lock(mu_);
-  model_.DecodeWeights(ordered);
+  const auto ordered = model_.Validate(weights, Rejecter());  // the checks of a push
+  std::unique_lock<std::mutex> lock(mu_);
+  KeyHold hold(&holds_, &lock, &step_cv_, KeyHolds::kWrite);  // decoded without mu_
+  if (model_.weights_version >= round + 1) return;  // a retry published them while we waited
+  Unlocked(&lock, [&] { model_.DecodeWeights(ordered); });
   model_.weights_version = std::max(model_.weights_version, round + 1);
   step_cv_.notify_all();
 }

@@ -1,19 +1,20 @@
 #pragma once
-// ParameterStore::PushSession's state: one streamed push while it arrives, is checked and
-// lands. Private to the store's push files (parameter_store_push.cc: arrival and checks;
-// parameter_store_landing.cc: where it lands and the commit that counts it).
+// PushState (ParameterStore::PushSession::State): one streamed push while it arrives, is
+// checked and lands. Private to the store's push files (parameter_store_push.cc: arrival and
+// checks; parameter_store_landing.cc: where it lands and the commit that counts it).
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "server/parameter_store.h"
+#include "server/payload_check.h"
+#include "server/store_state.h"
 
 namespace gradpress::server {
 
-struct ParameterStore::PushSession::State {
-  ParameterStore* store = nullptr;
+struct PushState {
+  StoreState* store = nullptr;
   Lane* lane = nullptr;  // the bucket this push carries
   WorkerId w;
   int64_t step = 0, base_step = 0;
@@ -28,20 +29,11 @@ struct ParameterStore::PushSession::State {
   bool owner = false;               // writes straight into the accumulator
   std::unique_ptr<Buffer> staging;  // or into this (a dense key of a later push)
   std::vector<float*> dst;          // per key of the lane: where its floats go (empty: none yet)
-  struct KeyIn {
-    bool started = false, raw = false;  // raw: "none", copied into dst as it arrives
-    // A sparse codec in sync mode: decoded to (idx, val) at Commit and assigned (owner) or
-    // added into the accumulator from them, never through a dense buffer.
-    bool sparse = false;
-    std::string codec;
-    std::vector<int64_t> shape;
-    uint64_t total = 0, got = 0;
-    std::string bytes;  // other codecs: collected, decoded at Commit
-    std::vector<int32_t> idx;
-    std::vector<float> val;
-  };
-  std::vector<KeyIn> keys;  // the lane's keys
-  size_t last = 0;          // key of the previous piece (model index)
+  // The lane's keys as they arrive (server/payload_check.h). A sparse codec in sync mode is
+  // decoded to (idx, val) at Commit and assigned (owner) or added into the accumulator from
+  // them, never through a dense buffer; "none" bytes are copied into dst as they arrive.
+  std::vector<PayloadIn> keys;
+  size_t last = 0;  // key of the previous piece (model index)
   uint64_t bytes = 0;
   double apply_ms = 0;
 };

@@ -1,0 +1,165 @@
+// The store's exactness with its work outside the lock (server/store_state.h): buckets
+// finalized at once on the pushing threads, checkpoints copied meanwhile, readers all along --
+// and the bits of a serial run. Assertions run on the main thread only (Catch2's are not
+// thread-safe): the threads record what they saw.
+#include <stdlib.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/checkpoint.h"
+#include "common/error.h"
+#include "compressors/registry.h"
+#include "server/parameter_store.h"
+
+namespace gradpress::testing {
+namespace {
+
+using compressors::TensorSpec;
+using server::Clock;
+using server::KeyPayload;
+using server::ParameterStore;
+using server::WorkerId;
+
+WorkerId Worker(int w) { return {"worker-" + std::to_string(w), 1}; }
+Clock::time_point Soon() { return Clock::now() + std::chrono::seconds(60); }
+
+struct TempDir {
+  TempDir() {
+    std::string t = (std::filesystem::temp_directory_path() / "gp-exact-XXXXXX").string();
+    GP_ENFORCE(mkdtemp(t.data()) != nullptr, "mkdtemp failed");
+    path = t;
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string path;
+};
+
+// Pipelined buckets finalized at once on the pushing threads, checkpoints copied meanwhile,
+// heartbeats, Stats, Weights and whole checkpoints read all along: every result, every
+// checkpoint file and the final state are those of the same pushes applied one at a time.
+// Gradients are multiples of 1/8 in [-1, 1], so sums do not depend on the pushes' order.
+TEST_CASE("concurrent finalizes, checkpoints and readers give the serial run's bits",
+          "[server][lock]") {
+  constexpr int kWorkers = 4, kSteps = 12;
+  const std::vector<TensorSpec> model = {{"a", {5000}}, {"b", {3000}}, {"c", {64}}};
+  const std::vector<int> buckets = {1, 1, 1};
+  auto grads = [&](int w, int64_t step, size_t k) {
+    std::vector<float> v(model[k].shape[0]);
+    for (size_t e = 0; e < v.size(); ++e)
+      v[e] = static_cast<float>((e * 13 + w * 5 + step * 3 + k * 7) % 17) * 0.125f - 1.f;
+    return std::vector<KeyPayload>{
+        {model[k].key,
+         {"none", model[k].shape, compressors::DType::kFloat32,
+          std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float))}}};
+  };
+  struct Run {
+    TempDir dir;
+    std::unique_ptr<ParameterStore> store;
+    std::vector<std::vector<std::string>> results;  // [step][bucket]: worker 0's result bytes
+  };
+  auto start = [&](Run* run) {
+    compressors::RegisterBuiltinCompressors();
+    server::StoreOptions o;
+    o.workers = kWorkers;
+    o.threads = 2;
+    o.stats_every = 0;
+    o.min_numel = 0;
+    o.pull = ParseCodecShorthand("topk ratio=0.05 error_feedback=true then=qsgd levels=16");
+    o.shadow_weights = true;
+    o.shadow_sgd = {0.1, 0.9, 0.0, false};
+    o.checkpoint_dir = run->dir.path;
+    o.checkpoint_every = 4;
+    run->store = std::make_unique<ParameterStore>(o);
+    for (int w = 0; w < kWorkers; ++w) run->store->Register(Worker(w), model, "job", buckets);
+    std::vector<KeyPayload> zeros;
+    for (size_t k = 0; k < model.size(); ++k) zeros.push_back(grads(0, 99, k)[0]);
+    run->store->InitWeights(Worker(0), zeros);
+    run->results.assign(kSteps, std::vector<std::string>(model.size()));
+  };
+  auto keep = [&](Run* run, int64_t step, size_t b) {
+    auto r = run->store->Pull(Worker(0), step, Soon(), static_cast<int>(b));
+    for (const auto& kp : r->payloads) run->results[step][b] += kp.payload.bytes;
+  };
+
+  Run serial;
+  start(&serial);
+  for (int64_t step = 0; step < kSteps; ++step) {
+    for (size_t b = 0; b < model.size(); ++b) {
+      for (int w = 0; w < kWorkers; ++w)
+        serial.store->PushPull(Worker(w), step, 0, grads(w, step, b), Soon(), false, {}, b);
+      keep(&serial, step, b);
+    }
+  }
+
+  Run concurrent;
+  start(&concurrent);
+  std::atomic<bool> done{false};
+  std::atomic<int> reads{0};
+  std::vector<std::string> errors(kWorkers + 1);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWorkers; ++w) {
+    threads.emplace_back([&, w] {
+      try {
+        for (int64_t step = 0; step < kSteps; ++step) {
+          for (size_t b = 0; b < model.size(); ++b) {
+            concurrent.store->PushPull(Worker(w), step, 0, grads(w, step, b), Soon(), false, {}, b);
+          }
+          for (size_t b = 0; b < model.size(); ++b) {
+            if (w == 0)
+              keep(&concurrent, step, b);
+            else
+              concurrent.store->Pull(Worker(w), step, Soon(), static_cast<int>(b));
+          }
+        }
+      } catch (const std::exception& e) {
+        errors[w] = e.what();
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    try {
+      while (!done) {
+        concurrent.store->Heartbeat(Worker(1));
+        concurrent.store->Stats();
+        concurrent.store->Weights(Worker(2));
+        concurrent.store->SaveCheckpoint();
+        ++reads;
+      }
+    } catch (const std::exception& e) {
+      errors[kWorkers] = e.what();
+    }
+  });
+  for (int w = 0; w < kWorkers; ++w) threads[w].join();
+  done = true;
+  threads.back().join();
+  for (const auto& e : errors) CHECK(e.empty());
+  CHECK(reads > 0);
+  REQUIRE(concurrent.store->step() == kSteps);
+  for (int64_t step = 0; step < kSteps; ++step) {
+    for (size_t b = 0; b < model.size(); ++b) {
+      INFO("step " << step << " bucket " << b);
+      CHECK(concurrent.results[step][b] == serial.results[step][b]);
+    }
+  }
+  const auto files = ListCheckpoints(concurrent.dir.path);
+  REQUIRE(files.size() == 3);  // the newest checkpoint_keep of steps 4, 8, 12
+  CHECK(files.front().first == kSteps);
+  const auto serial_files = ListCheckpoints(serial.dir.path);
+  REQUIRE(serial_files.size() == files.size());
+  for (size_t i = 0; i < files.size(); ++i) {
+    INFO("checkpoint of step " << files[i].first);
+    CHECK(files[i].first == serial_files[i].first);
+    CHECK(ReadCheckpoint(files[i].second).sections ==
+          ReadCheckpoint(serial_files[i].second).sections);
+  }
+  CHECK(concurrent.store->SaveCheckpoint().sections == serial.store->SaveCheckpoint().sections);
+}
+
+}  // namespace
+}  // namespace gradpress::testing
