@@ -23,8 +23,8 @@
 #include "common/json_line.h"
 #include "common/timer.h"
 #include "compressors/registry.h"
-#include "worker/ps_client.h"
-#include "worker/sharded_client.h"
+#include "worker/grpc_ps_client.h"
+#include "worker/sharded_ps_client.h"
 
 namespace gradpress::bench {
 namespace {
@@ -59,9 +59,12 @@ void RunScaleWorker(const ScaleOptions& o) {
   co.push = ParseCodecShorthand(o.codec);
   co.min_numel = 0;
   co.deadline_s = 900;
-  worker::ShardedClient client(co, o.servers, o.partition_mb, [](const worker::ClientOptions& c) {
-    return std::make_unique<worker::PsClient>(c);
-  });
+  worker::ShardedPsClient client(
+      co, o.servers, o.partition_mb,
+      [](const worker::ClientOptions& c,
+         worker::KeyCodecs* codecs) -> std::unique_ptr<worker::GrpcPsClient> {
+        return std::make_unique<worker::GrpcPsClient>(c, codecs);
+      });
   // K keys of [rows, 256] floats, the same on every worker.
   std::vector<compressors::TensorSpec> specs;
   std::vector<torch::Tensor> params, grads, out;

@@ -45,7 +45,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "compressors/registry.h"
-#include "worker/ps_client.h"
+#include "worker/grpc_ps_client.h"
 
 namespace gradpress::bench {
 namespace {
@@ -171,17 +171,17 @@ Row RunCodec(const TransportOptions& opt, const std::string& spec, const CodecSp
     o.min_numel = 0;
     o.deadline_s = kRpcDeadlineS;
     o.max_retries = 1;
-    worker::PsClient client(o);
+    worker::GrpcPsClient client(o);
     client.Register(model);
     const torch::Tensor flat = torch::zeros({opt.numel});
     std::vector<torch::Tensor> out = Split(flat, model);
     client.InitOrPull(&out);
     for (int64_t step = 0; step <= S; ++step) {
       const Clock::time_point push_go = barrier.Wait();
-      const worker::StepStats pushed = client.Push(step, grads[w]);
+      const worker::StepMetrics pushed = client.Push(step, grads[w]);
       push_end[w][step] = Clock::now();
       const Clock::time_point pull_go = barrier.Wait();
-      const worker::StepStats pulled = client.Pull(&out, step);
+      const worker::StepMetrics pulled = client.Pull(&out, step);
       pull_end[w][step] = Clock::now();
       if (w == 0) push_start[step] = push_go, pull_start[step] = pull_go;
       if (step > 0) {

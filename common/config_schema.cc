@@ -198,13 +198,6 @@ void CheckNonEmpty(const std::string& raw, const std::string& where) {
   if (Trim(raw).empty()) throw InvalidArgument(where + ": expected a non-empty path");
 }
 
-void CheckCodecNamed(const CodecSpec& spec, const std::string& key) {
-  if (Trim(spec.codec).empty()) {
-    throw InvalidArgument(key + ": missing 'codec' (e.g. " + key + ".codec=qsgd)");
-  }
-  if (spec.then) CheckCodecNamed(*spec.then, key + ".then");
-}
-
 }  // namespace
 
 std::vector<ConfigField> ConfigFields(Config& c) {
@@ -331,36 +324,6 @@ std::string UnknownKeyMessage(const std::vector<ConfigField>& fields, const std:
   if (siblings.empty()) return msg;
   return msg + "; valid keys" + (section.empty() ? "" : " in '" + section + "'") + ": " +
          Join(siblings);
-}
-
-void ValidateConfig(const Config& c) {
-  CheckCodecNamed(c.push, "push");
-  CheckCodecNamed(c.pull, "pull");
-  if (c.train.lr_schedule == "step" && c.train.lr_step_epochs < 1) {
-    throw InvalidArgument("train.lr_schedule is 'step': set train.lr_step_epochs >= 1");
-  }
-  const SecurityConfig& s = c.security;
-  if (!s.tls) {  // certificates without TLS would protect nothing: say so rather than ignore
-    for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"cert", &s.cert},
-                                     {"key", &s.key},
-                                     {"ca", &s.ca},
-                                     {"client_ca", &s.client_ca},
-                                     {"client_cert", &s.client_cert},
-                                     {"client_key", &s.client_key},
-                                     {"server_name", &s.server_name}}) {
-      if (!value->empty()) {
-        throw InvalidArgument(std::string("security.") + key + " is set but security.tls is " +
-                              "false: set security.tls=true (or remove security." + key + ")");
-      }
-    }
-  }
-  if (s.cert.empty() != s.key.empty()) {
-    throw InvalidArgument("security.cert and security.key go together: set both or neither");
-  }
-  if (s.client_cert.empty() != s.client_key.empty()) {
-    throw InvalidArgument(
-        "security.client_cert and security.client_key go together: set both or neither");
-  }
 }
 
 int ParseIntValue(const std::string& raw, const std::string& where, long long lo, long long hi) {

@@ -63,31 +63,9 @@ if [[ $servers -gt 1 ]]; then
   for ((s = 0; s < servers; s++)); do ckpt_names+=("server-$s"); done
 fi
 
-print_table() {
-  printf '\n%-24s %8s %9s %13s %13s %9s %9s %8s %8s %8s %8s %8s %8s %8s %7s %8s %7s\n' run test_acc train_acc \
-    "bytes_up/st" "bytes_dn/st" ratio_up ratio_dn step_ms compute encode network decode wait \
-    MB_total wall_s exposed overlap
-  for d in "$@"; do
-    s=$d/summary.json
-    [[ -f "$s" ]] || { echo "run.sh: $s missing" >&2; continue; }
-    # rank 0's last epoch line: train accuracy and cumulative payload bytes (up + down)
-    train_acc=$(python3 scripts/json_field.py --last-epoch "$d/metrics.jsonl" train_acc)
-    total=$(python3 scripts/json_field.py --last-epoch "$d/metrics.jsonl" bytes_total)
-    exposed=$(field "$s" exposed_comm_ms)
-    overlap=$(field "$s" overlap)
-    printf '%-24s %8.4f %9.4f %13.0f %13.0f %9.1f %9.1f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.1f %7.1f %8.2f %7s\n' \
-      "$(field "$s" name)" "$(field "$s" test_acc)" "${train_acc:-0}" "$(field "$s" bytes_up_per_step)" \
-      "$(field "$s" bytes_down_per_step)" "$(field "$s" ratio_up)" "$(field "$s" ratio_down)" \
-      "$(field "$s" step_ms)" "$(field "$s" compute_ms)" "$(field "$s" encode_ms)" \
-      "$(field "$s" network_ms)" "$(field "$s" decode_ms)" "$(field "$s" wait_ms)" \
-      "$(awk -v b="${total:-0}" 'BEGIN {print b / 1e6}')" "$(field "$s" wall_s)" "${exposed:-0}" \
-      "${overlap:--}"
-  done
-  echo "(times in ms per step; bytes are payload bytes per worker per step; MB_total: one worker's payload MB up + down over the run; plots: scripts/plot.sh $*)"
-}
+# The table: scripts/summary_table.py (its time columns: every *_ms field of summary.json).
+print_table() { python3 scripts/summary_table.py "$@"; }
 
-# Reads one field of a JSON object file (scripts/json_field.py: Python's json module).
-field() { python3 scripts/json_field.py "$1" "$2"; }
 
 if [[ ${#table_dirs[@]} -gt 0 ]]; then
   print_table "${table_dirs[@]}"

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <set>
 
 #include "common/json_line.h"
 #include "server/dashboard_assets.h"
@@ -63,6 +64,14 @@ std::string RowsQuery(const HttpRequest& r, int64_t* since, bool* with_workers) 
   return "";
 }
 
+// Whether a WorkerRow field is one of a step's metrics: all but the row's identity and the
+// fields of the other kinds of row (EPOCH, CODEC, REJOIN).
+bool StepMetricField(const std::string& name) {
+  static const std::set<std::string> others = {
+      "kind", "rank", "step", "epoch", "train_acc", "test_acc", "push_codec", "rung", "steps_lost"};
+  return others.count(name) == 0;
+}
+
 std::string Replace(std::string s, const std::string& marker, const std::string& with) {
   const size_t at = s.find(marker);
   if (at != std::string::npos) s.replace(at, marker.size(), with);
@@ -85,21 +94,32 @@ std::string Dashboard::RowJson(const proto::WorkerRow& r) {
   JsonLine j;
   j.Int("rank", r.rank());
   switch (r.kind()) {
-    case proto::WorkerRow::STEP:
-      j.Int("step", r.step())
-          .Num("loss", r.loss())
-          .Int("bytes_up", static_cast<int64_t>(r.bytes_up()))
-          .Int("bytes_down", static_cast<int64_t>(r.bytes_down()))
-          .Num("compute_ms", r.compute_ms())
-          .Num("encode_ms", r.encode_ms())
-          .Num("decode_ms", r.decode_ms())
-          .Num("network_ms", r.network_ms())
-          .Num("wait_ms", r.wait_ms())
-          .Num("server_ms", r.server_ms())
-          .Num("exposed_comm_ms", r.exposed_comm_ms())
-          .Num("step_ms", r.step_ms());
-      if (r.retries() > 0) j.Int("retries", r.retries());
+    case proto::WorkerRow::STEP: {
+      j.Int("step", r.step());
+      // Every metric field of the row (worker/step_metrics.cc fills them by name), in the
+      // message's order (int32 counters only when non-zero): the fields of the other kinds of
+      // row are not a step's.
+      const google::protobuf::Descriptor* d = r.GetDescriptor();
+      const google::protobuf::Reflection* reflect = r.GetReflection();
+      for (int i = 0; i < d->field_count(); ++i) {
+        const google::protobuf::FieldDescriptor* f = d->field(i);
+        if (!StepMetricField(f->name())) continue;
+        switch (f->cpp_type()) {
+          case google::protobuf::FieldDescriptor::CPPTYPE_DOUBLE:
+            j.Num(f->name(), reflect->GetDouble(r, f));
+            break;
+          case google::protobuf::FieldDescriptor::CPPTYPE_UINT64:
+            j.Int(f->name(), static_cast<int64_t>(reflect->GetUInt64(r, f)));
+            break;
+          case google::protobuf::FieldDescriptor::CPPTYPE_INT32:
+            if (reflect->GetInt32(r, f) != 0) j.Int(f->name(), reflect->GetInt32(r, f));
+            break;
+          default:
+            break;
+        }
+      }
       break;
+    }
     case proto::WorkerRow::EPOCH:
       j.Int("epoch", r.epoch())
           .Int("step", r.step())

@@ -80,8 +80,8 @@ int main(int argc, char** argv) {
     spdlog::info(
         "done: {} workers, {} steps, test_acc {:.4f}, {:.0f} B up / {:.0f} B down per worker "
         "step, {:.2f} ms per step, {:.1f} s; {}",
-        o.workers, s.steps, s.test_acc, s.bytes_up_per_step, s.bytes_down_per_step, s.step_ms,
-        s.wall_s, run_dir);
+        o.workers, s.steps, s.test_acc, s.bytes_up_per_step, s.bytes_down_per_step,
+        s.totals.Mean("step_ms"), s.wall_s, run_dir);
     return 0;
   } catch (const gradpress::InvalidArgument& e) {
     spdlog::error("gradpress-sim: {}", e.what());

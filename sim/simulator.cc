@@ -10,7 +10,7 @@
 #include "common/error.h"
 #include "common/json_line.h"
 #include "server/server_options.h"
-#include "sim/local_client.h"
+#include "sim/in_process_ps_client.h"
 #include "worker/models/net.h"
 
 namespace gradpress::sim {
@@ -35,8 +35,8 @@ Simulator::Simulator(SimOptions options) : opt_(std::move(options)) {
     o.run_dir = opt_.run_dir;
     o.max_steps = opt_.max_steps;
     o.data = &data_;
-    o.make_client = [store](const worker::ClientOptions& co) {
-      return std::make_unique<LocalClient>(co, store);
+    o.make_client = [store](const worker::ClientOptions& co, worker::KeyCodecs* codecs) {
+      return std::make_unique<InProcessPsClient>(co, codecs, store);
     };
     o.summary_extra = [](JsonLine& line) { line.Str("runner", "sim"); };
     trainers_.push_back(std::make_unique<worker::Trainer>(o));

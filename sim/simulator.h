@@ -1,7 +1,7 @@
 #pragma once
 // Simulator: N workers of a gradpress job in one process, for fast sweeps: N worker::Trainers,
-// each on a LocalClient (sim/local_client.h) over one server::ParameterStore built from the
-// config as gradpress-server builds it (StoreOptionsFromConfig). There is no copy of the
+// each on an InProcessPsClient (sim/in_process_ps_client.h) over one server::ParameterStore built
+// from the config as gradpress-server builds it (StoreOptionsFromConfig). There is no copy of the
 // training loop, the exchange or the codec setup here: every method, codec and option the
 // cluster runs (methods 1-6, gaussian, DGC, dynamic compression, the pipelined step, async)
 // runs the same code in the sim; only the wire is missing.

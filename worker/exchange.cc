@@ -1,4 +1,5 @@
-// The exchanges of methods 1-5 and gaussian (exchange.h); method 6 is exchange_periodic.cc.
+// The serial exchanges of methods 1-5 and gaussian, and MakeExchange (exchange.h); the
+// pipelined step is pipelined_exchange.cc, method 6 exchange_periodic.cc.
 #include "worker/exchange.h"
 
 #include <spdlog/spdlog.h>
@@ -8,10 +9,18 @@
 
 #include "common/error.h"
 #include "common/timer.h"
-#include "worker/bucket_exchange.h"
-#include "worker/trainer.h"
+#include "worker/bucket_scheduler.h"
 
 namespace gradpress::worker {
+
+Exchange::Exchange(ExchangeContext ctx, ExchangeTraits traits)
+    : ctx_(ctx), traits_(std::move(traits)) {
+  const Config& c = *ctx.config;
+  if (c.sync.exchange == "weights")
+    traits_.server_weights = ExchangeTraits::ServerWeights::kModel;
+  else if (c.server.shadow_weights && c.sync.exchange == "gradients")
+    traits_.server_weights = ExchangeTraits::ServerWeights::kShadow;
+}
 
 void Exchange::Init() {
   std::vector<torch::Tensor> weights = Aliases();  // InitOrPull writes into them
@@ -24,7 +33,19 @@ void Exchange::SetLr(double lr) {
       static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
   }
   // Methods 1-2: the server's SGD steps with the schedule; 3-5: its shadow weights do.
-  if (server_follows_lr()) ctx_.client->set_server_lr(lr);
+  if (traits_.server_follows_lr) server_lr_ = lr;
+}
+
+std::vector<int64_t> Exchange::KeyShape(const torch::Tensor& p) const {
+  return traits_.stats_keys ? std::vector<int64_t>{2} : p.sizes().vec();
+}
+
+StepCall Exchange::Call(int64_t step, int64_t base_step) const {
+  StepCall c;
+  c.step = step;
+  c.base_step = base_step;
+  c.lr = server_lr_;
+  return c;
 }
 
 std::vector<torch::Tensor> Exchange::ZerosLikeParams() const {
@@ -58,11 +79,12 @@ std::vector<torch::Tensor> Grads(const std::vector<torch::Tensor>& params) {
 // Methods 3-5, the serial step.
 class GradientsExchange : public Exchange {
  public:
-  explicit GradientsExchange(ExchangeContext ctx) : Exchange(ctx), received_(ZerosLikeParams()) {}
-  StepStats Finish(int64_t step, StepMetrics* m) override {
-    StepStats st = ctx_.client->PushPull(step, Grads(*ctx_.params), &received_);
+  explicit GradientsExchange(ExchangeContext ctx)
+      : Exchange(ctx, {}), received_(ZerosLikeParams()) {}
+  void Finish(int64_t step, StepMetrics* m) override {
+    Merge(ctx_.client->PushPull(Call(step), Grads(*ctx_.params), &received_), Concurrency::kSerial,
+          m);
     m->compute_ms += ApplyGradients(received_);
-    return st;
   }
 
  private:
@@ -72,17 +94,17 @@ class GradientsExchange : public Exchange {
 // Methods 1-2, the serial step; sync or async.
 class WeightsExchange : public Exchange {
  public:
-  using Exchange::Exchange;
+  explicit WeightsExchange(ExchangeContext ctx) : Exchange(ctx, {}) {}
   int64_t Reset(int64_t server_step) override {
     base_step_ = server_step;
     // Async: the server counts every worker's pushes; a worker's own steps start at 0.
     return ctx_.config->sync.mode == "async" ? 0 : server_step;
   }
-  StepStats Finish(int64_t step, StepMetrics* m) override {
+  void Finish(int64_t step, StepMetrics* m) override {
     std::vector<torch::Tensor> weights = Aliases();
-    StepStats st;
+    StepMetrics st;
     try {
-      st = ctx_.client->PushPull(step, Grads(*ctx_.params), &weights, base_step_);
+      st = ctx_.client->PushPull(Call(step, base_step_), Grads(*ctx_.params), &weights);
     } catch (const FailedPrecondition& e) {
       // Async: a gradient older than sync.max_staleness steps is refused; drop it and go on
       // from the server's current weights (the usual asynchronous-SGD rule).
@@ -92,7 +114,7 @@ class WeightsExchange : public Exchange {
       m->stale = true;
     }
     base_step_ = st.server_step;  // async: the server step of the weights now held
-    return st;
+    Merge(st, Concurrency::kSerial, m);
   }
 
  private:
@@ -103,16 +125,16 @@ class WeightsExchange : public Exchange {
 // the local gradient is standardised and rescaled to it: g' = (g - mean_i) / std_i * std + mean.
 class GaussianExchange : public Exchange {
  public:
-  using Exchange::Exchange;
-  std::vector<int64_t> KeyShape(const torch::Tensor&) const override { return {2}; }
+  // The server averages statistics: it takes no lr.
+  explicit GaussianExchange(ExchangeContext ctx)
+      : Exchange(ctx, {/*stats_keys=*/true, {}, /*server_follows_lr=*/false}) {}
   void Init() override {
     // The server holds (mean, std) per key; every worker starts from the same seeded init.
     std::vector<torch::Tensor> init;
     for (size_t i = 0; i < ctx_.params->size(); ++i) init.push_back(torch::zeros({2}));
     ctx_.client->InitOrPull(&init);
   }
-  bool server_follows_lr() const override { return false; }  // the server averages statistics
-  StepStats Finish(int64_t step, StepMetrics* m) override {
+  void Finish(int64_t step, StepMetrics* m) override {
     auto& params = *ctx_.params;
     std::vector<torch::Tensor> local(params.size()), global(params.size());
     for (size_t i = 0; i < params.size(); ++i) {
@@ -122,7 +144,7 @@ class GaussianExchange : public Exchange {
       local[i] = torch::tensor({static_cast<float>(mean), static_cast<float>(std)});
       global[i] = torch::zeros({2});
     }
-    StepStats st = ctx_.client->PushPull(step, local, &global);
+    Merge(ctx_.client->PushPull(Call(step), local, &global), Concurrency::kSerial, m);
     Timer t;
     {
       torch::NoGradGuard no_grad;
@@ -138,7 +160,6 @@ class GaussianExchange : public Exchange {
     }
     ctx_.optimizer->step();
     m->compute_ms += t.ElapsedMs();
-    return st;
   }
 };
 
@@ -150,8 +171,8 @@ std::unique_ptr<Exchange> MakeExchange(ExchangeContext ctx) {
   if (c.sync.exchange == "gaussian") return std::make_unique<GaussianExchange>(ctx);
   if (c.sync.overlap && c.sync.mode == "sync") {
     // One bucket cannot overlap anything (it is ready when backward ends): the serial step.
-    std::vector<int> split = BucketExchange::Split(*ctx.params, c.sync.bucket_mb);
-    if (split.size() > 1) return MakeBucketsExchange(ctx, std::move(split));
+    std::vector<int> split = BucketScheduler::Split(*ctx.params, c.sync.bucket_mb);
+    if (split.size() > 1) return MakePipelinedExchange(ctx, std::move(split));
   }
   if (c.sync.exchange == "weights") return std::make_unique<WeightsExchange>(ctx);
   return std::make_unique<GradientsExchange>(ctx);

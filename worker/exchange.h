@@ -1,16 +1,16 @@
 #pragma once
-// Exchange: one way of exchanging a training step with the parameter server, over a
-// ServerClient (gRPC or in-process). The Trainer runs the epoch loop, forward and backward;
-// its Exchange does everything between backward and the next forward: push, pull, and the
-// update of the parameters. MakeExchange picks one from the config:
+// Exchange: one way of exchanging a training step with the parameter server, over a PsClient
+// (ps_client.h). The Trainer runs the epoch loop, forward and backward; its Exchange does
+// everything between backward and the next forward: push, pull, and the update of the
+// parameters. MakeExchange picks one from the config:
 //
 //   gradients  (methods 3-5)   the averaged gradient comes back into p.grad; the local
 //                              optimizer steps (every worker the same step).
 //   weights    (methods 1-2)   the server steps SGD (lr = the worker's schedule) and returns
 //                              weights, copied into the parameters. sync.mode async: a push
 //                              too stale is dropped and the current weights are pulled.
-//   buckets    (1-5, overlap)  the pipelined step (bucket_exchange.h): buckets leave from
-//                              autograd hooks during backward; gradients or weights as above.
+//   pipelined  (1-5, overlap)  buckets leave from autograd hooks during backward
+//                              (bucket_scheduler.h); gradients or weights as above.
 //                              sync.cross_barrier: Finish returns when backward ends; the
 //                              next forward waits in each layer's gate (models::Net) for that
 //                              layer's bucket and applies it, so it runs while later buckets
@@ -21,11 +21,11 @@
 //                              sync is averaged; each epoch ends with model selection.
 //
 //   std::unique_ptr<Exchange> ex = MakeExchange(ctx);   // after the optimizer exists
-//   client.Register(specs, ex->bucket_keys());  ex->Init();  step = ex->Reset(server_step);
-//   per step: forward; ex->Settle(&done) (the previous step, if pending); ex->Begin(step);
-//             backward; ex->Finish(step, &metrics);
+//   client.Register(specs, ex->traits().bucket_keys);  ex->Init();  step = ex->Reset(server_step);
+//   per step: forward; ex->Settle(&done) (the previous step, if pending); ex->SetLr(lr);
+//             ex->Begin(step); backward; ex->Finish(step, &metrics);
 //
-// Thread-safety: the Trainer's thread (the buckets exchange runs threads of its own).
+// Thread-safety: the Trainer's thread (the pipelined exchange runs threads of its own).
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/types.h>
@@ -33,18 +33,19 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "common/config.h"
-#include "worker/server_client.h"
+#include "worker/ps_client.h"
+#include "worker/step_metrics.h"
 
 namespace gradpress::worker {
 
-struct StepMetrics;
-
 // A deferred step completed by Settle.
 struct SettledStep {
-  StepStats stats;
+  StepMetrics stats;
   double exposed_ms = 0;  // waited for its results (in layer gates and in Settle)
   double apply_ms = 0;    // local optimizer steps on its results
 };
@@ -53,41 +54,57 @@ struct SettledStep {
 struct ExchangeContext {
   const Config* config = nullptr;
   int rank = 0;  // for logs
-  ServerClient* client = nullptr;
+  PsClient* client = nullptr;
   std::vector<torch::Tensor>* params = nullptr;  // the model's parameters (leaves)
   torch::optim::Optimizer* optimizer = nullptr;  // null for exchange=weights
 };
 
+// What the Trainer needs to know of a method's exchange, fixed once it is made.
+struct ExchangeTraits {
+  bool stats_keys = false;        // gaussian: each key travels as its (mean, std), shape {2}
+  std::vector<int> bucket_keys;   // the pipelined step's split, keys per bucket (empty: none)
+  bool server_follows_lr = true;  // the server's SGD or shadow weights take the worker's lr
+  bool overlaps = false;          // the pipelined step
+  bool defers = false;  // cross-barrier: every Finish leaves its step pending until Settle
+  // Where a worker without a checkpoint of the server's step goes on from (resume, rejoin;
+  // trainer_checkpoint.cc): kModel, the server's weights are the model (methods 1-2: only
+  // push residuals are lost); kShadow, the server keeps the workers' weights
+  // (server.shadow_weights, methods 3-6: the newest checkpoint's optimizer state with them).
+  enum class ServerWeights { kNone, kModel, kShadow } server_weights = ServerWeights::kNone;
+};
+
+// Where the exchange stands, for checkpoints: the server's step (method 6: the syncs done),
+// the local steps since the last exchange (method 6; else 0: checkpoints are taken where this
+// is 0), and extra state tensors (method 6: its anchor), aliases a checkpoint reads into.
+struct ExchangeState {
+  int64_t server_step = 0;
+  int64_t since_exchange = 0;
+  std::vector<torch::Tensor> tensors;
+};
+
 class Exchange {
  public:
-  explicit Exchange(ExchangeContext ctx) : ctx_(ctx) {}
+  Exchange(ExchangeContext ctx, ExchangeTraits traits);
   virtual ~Exchange() = default;
+  const ExchangeTraits& traits() const { return traits_; }
+  // The shape a parameter's key has on the server.
+  std::vector<int64_t> KeyShape(const torch::Tensor& p) const;
+  // The next step's lr: the local optimizer's, and (server_follows_lr) the server's SGD or
+  // shadow weights'. Set between steps (nothing pending).
+  void SetLr(double lr);
 
-  // Registration: the shape each key has on the server (gaussian: {2}), and the bucket split.
-  virtual std::vector<int64_t> KeyShape(const torch::Tensor& p) const { return p.sizes().vec(); }
-  virtual std::vector<int> bucket_keys() const { return {}; }
   // After Register: offers the initial weights (the first worker's win) and adopts the server's.
   virtual void Init();
   // After Init, a rejoin, or adopting the server's weights: go on from the server's step with
   // the current parameters. Returns the worker's local step there.
   virtual int64_t Reset(int64_t server_step) { return server_step; }
-  // The step's lr: the local optimizer's, and (where server_follows_lr) the server's SGD or
-  // shadow weights' (set_server_lr).
-  virtual void SetLr(double lr);
-  virtual bool server_follows_lr() const { return true; }
-
-  // After forward (and Settle), before backward of `step` (buckets: arms the hooks).
+  // After forward (and Settle), before backward of `step` (pipelined: arms the hooks).
   virtual void Begin(int64_t step) { (void)step; }
   // After backward (and clipping): p.grad holds this worker's gradients. Exchanges and updates
-  // the parameters; adds local update time to m->compute_ms, sets m->overlap,
-  // m->exposed_comm_ms (overlapping exchanges only) and m->stale.
-  virtual StepStats Finish(int64_t step, StepMetrics* m) = 0;
-  virtual bool overlaps() const { return false; }
-  // Cross-barrier: whether Finish may return before the step's results are in (then the
-  // model's layer gates call GateLayer); pending: a step awaits Settle.
-  virtual bool defers() const { return false; }
-  virtual bool pending() const { return false; }
-  // Waits for the pending step's results of `layer`'s parameters and applies them.
+  // the parameters; merges the calls' metrics into *m, adds local update time to
+  // m->compute_ms, sets m->overlap, m->exposed_comm_ms (overlapping exchanges) and m->stale.
+  virtual void Finish(int64_t step, StepMetrics* m) = 0;
+  // Cross-barrier: waits for the pending step's results of `layer`'s parameters, applies them.
   virtual void GateLayer(const torch::nn::Module& layer) { (void)layer; }
   // Completes the pending step (waits for every bucket, applies the rest); false if none was.
   // A failed exchange is rethrown here (or from GateLayer), and nothing is pending after.
@@ -95,36 +112,37 @@ class Exchange {
     (void)done;
     return false;
   }
-  // The server's step at local step `step` (method 6: the syncs done), and local steps since
-  // the last exchange (method 6; else 0): checkpoints are taken where this is 0.
-  virtual int64_t server_step(int64_t step) const { return step; }
-  virtual int64_t since_exchange() const { return 0; }
-  // Checkpoints: extra state tensors (method 6: its anchor) and the counters restored.
-  virtual std::vector<torch::Tensor> state_tensors() { return {}; }
+  // Checkpoints: the state at local step `step`, and the counters restored (its tensors are
+  // read in place before).
+  virtual ExchangeState State(int64_t step) { return {step, 0, {}}; }
   virtual void Restore(int64_t server_step, int64_t since_exchange) {
     (void)server_step, (void)since_exchange;
   }
   // End of an epoch: the test accuracy to report (method 6 first applies its epoch rule;
-  // server_rank: this worker's rank in the server's numbering, for Elect). Adds any bytes
-  // exchanged to *up / *down.
+  // server_rank: this worker's rank in the server's numbering, for Elect). Merges any
+  // exchange's metrics into *m.
   virtual double EndEpoch(int64_t epoch, const std::function<double()>& evaluate, int server_rank,
-                          double* up, double* down) {
-    (void)epoch, (void)server_rank, (void)up, (void)down;
+                          StepMetrics* m) {
+    (void)epoch, (void)server_rank, (void)m;
     return evaluate();
   }
 
  protected:
+  // A whole-model call of `step` with the lr set for it.
+  StepCall Call(int64_t step, int64_t base_step = 0) const;
   // Copies `received` into p.grad and steps the optimizer; returns the ms it took.
   double ApplyGradients(const std::vector<torch::Tensor>& received);
   std::vector<torch::Tensor> Aliases() const;  // detached aliases of the parameters
   std::vector<torch::Tensor> ZerosLikeParams() const;
   ExchangeContext ctx_;
+  ExchangeTraits traits_;
+  std::optional<double> server_lr_;  // SetLr's, when the server follows it
 };
 
 std::unique_ptr<Exchange> MakeExchange(ExchangeContext ctx);
 // Method 6 (exchange_periodic.cc); MakeExchange picks it for sync.every > 1.
 std::unique_ptr<Exchange> MakePeriodicExchange(ExchangeContext ctx);
-// Methods 1-5 pipelined (exchange_buckets.cc): sync.overlap, `split` of several buckets.
-std::unique_ptr<Exchange> MakeBucketsExchange(ExchangeContext ctx, std::vector<int> split);
+// Methods 1-5 pipelined (pipelined_exchange.cc): sync.overlap, `split` of several buckets.
+std::unique_ptr<Exchange> MakePipelinedExchange(ExchangeContext ctx, std::vector<int> split);
 
 }  // namespace gradpress::worker

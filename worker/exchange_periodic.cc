@@ -8,17 +8,17 @@
 
 #include "common/timer.h"
 #include "worker/exchange.h"
-#include "worker/trainer.h"
 
 namespace gradpress::worker {
 namespace {
 
 class PeriodicExchange : public Exchange {
  public:
-  explicit PeriodicExchange(ExchangeContext ctx) : Exchange(ctx) {
+  // Local steps; the server averages: it takes no lr.
+  explicit PeriodicExchange(ExchangeContext ctx)
+      : Exchange(ctx, {/*stats_keys=*/false, {}, /*server_follows_lr=*/false}) {
     for (const auto& p : *ctx.params) received_.push_back(torch::zeros_like(p));
   }
-  bool server_follows_lr() const override { return false; }  // local steps; the server averages
   int64_t Reset(int64_t server_step) override {
     syncs_ = server_step;  // the server counts syncs
     since_sync_ = 0;
@@ -26,29 +26,27 @@ class PeriodicExchange : public Exchange {
     for (const auto& p : *ctx_.params) anchor_.push_back(p.detach().clone());
     return syncs_ * ctx_.config->sync.every;
   }
-  StepStats Finish(int64_t step, StepMetrics* m) override {
+  void Finish(int64_t step, StepMetrics* m) override {
     (void)step;
     Timer t;
     ctx_.optimizer->step();  // the worker's own gradient; the update is pushed at the next sync
     m->compute_ms += t.ElapsedMs();
-    if (++since_sync_ < ctx_.config->sync.every) return {};
-    return Sync();
+    if (++since_sync_ < ctx_.config->sync.every) return;
+    Merge(Sync(), Concurrency::kSerial, m);
   }
-  int64_t server_step(int64_t step) const override {
+  ExchangeState State(int64_t step) override {
     (void)step;
-    return syncs_;
+    return {syncs_, since_sync_, anchor_};
   }
-  int64_t since_exchange() const override { return since_sync_; }
-  std::vector<torch::Tensor> state_tensors() override { return anchor_; }
   void Restore(int64_t server_step, int64_t since_exchange) override {
     syncs_ = server_step;
     since_sync_ = since_exchange;
   }
   double EndEpoch(int64_t epoch, const std::function<double()>& evaluate, int server_rank,
-                  double* up, double* down) override;
+                  StepMetrics* m) override;
 
  private:
-  StepStats Sync();
+  StepMetrics Sync();
 
   int64_t syncs_ = 0;                  // syncs done: the server's step
   int64_t since_sync_ = 0;             // local steps since the last sync
@@ -56,13 +54,13 @@ class PeriodicExchange : public Exchange {
   std::vector<torch::Tensor> received_;
 };
 
-StepStats PeriodicExchange::Sync() {
+StepMetrics PeriodicExchange::Sync() {
   torch::NoGradGuard no_grad;
   auto& params = *ctx_.params;
   // The update accumulated since the last sync; the server averages it over the workers.
   std::vector<torch::Tensor> update;
   for (size_t i = 0; i < params.size(); ++i) update.push_back(anchor_[i] - params[i].detach());
-  StepStats st = ctx_.client->PushPull(syncs_, update, &received_);
+  StepMetrics st = ctx_.client->PushPull(Call(syncs_), update, &received_);
   for (size_t i = 0; i < params.size(); ++i) {
     anchor_[i].sub_(received_[i]);  // every worker applies the same mean to the same anchor
     params[i].detach().copy_(anchor_[i]);
@@ -73,13 +71,9 @@ StepStats PeriodicExchange::Sync() {
 }
 
 double PeriodicExchange::EndEpoch(int64_t epoch, const std::function<double()>& evaluate,
-                                  int server_rank, double* up, double* down) {
+                                  int server_rank, StepMetrics* m) {
   if (ctx_.config->sync.model_selection == "average") {
-    if (since_sync_ > 0) {
-      const StepStats st = Sync();
-      *up += st.bytes_up;
-      *down += st.bytes_down;
-    }
+    if (since_sync_ > 0) Merge(Sync(), Concurrency::kSerial, m);
     return evaluate();
   }
   // The survey's rule: every worker adopts the weights of the worker with the best test

@@ -1,77 +1,91 @@
 #pragma once
-// PsClient: the worker's side of the protocol over gRPC (a ServerClient, server_client.h, which
-// owns the push codecs per key and their state). It owns the stub and counts what each step cost.
+// PsClient: the calls a worker makes to a parameter server, whatever carries them. Three
+// implementations: GrpcPsClient (grpc_ps_client.h), sim::InProcessPsClient (a ParameterStore
+// in this process, sim/in_process_ps_client.h) and ShardedPsClient (a composite over one
+// carrier per shard, sharded_ps_client.h). The interface holds no state: a carrier encodes and
+// decodes with the KeyCodecs it is given (key_codecs.h: the per-key codec state, the bucket
+// split), so a step's payload bytes are the same whichever carries it.
 //
-//   PsClient client(options);                         // options.push: the push codec
-//   RegisterResult r = client.Register(specs);        // model fingerprint
-//   client.InitOrPull(&params);                       // first worker's init wins; all pull it
-//   StepStats s = client.PushPull(step, grads, &received);   // averaged grads or weights
+//   KeyCodecs codecs(options);  GrpcPsClient c(options, &codecs);
+//   c.Register(specs, bucket_keys);  c.InitOrPull(&params);
+//   StepMetrics s = c.PushPull({step, bucket}, grads, &out);   // or c.PushPull(step, grads, &out)
 //
-// Every call has a deadline (deadline_s); UNAVAILABLE (server restarting, barrier timeout)
-// is retried with capped exponential backoff, which is safe because the server applies a
-// (worker, incarnation, step) once and answers a repeat as it answered the first. Other
-// errors throw the matching gradpress::Error with the server's message (which names the key
-// and the reason); after max_retries the last Unavailable is thrown, naming the call, the
-// attempts and the server (with a hint when TLS is on).
-// Security (transport/security.h): the channel uses options.security's TLS settings and every
-// call, heartbeats included, carries "authorization: Bearer <token>" when a token is set.
-// Faults (transport/fault_injection.h): options.faults are drawn per attempt of every call
-// except the background heartbeats; retries() and faults_injected() count them.
-// Tensors below min_numel elements travel uncompressed. Received tensors are written into
-// the caller's tensors (any device) in model order.
-// Buckets (the pipelined step, sync mode): Register(model, bucket_keys) splits the model into
-// buckets of consecutive keys; PushPullBucket(step, b, ...) then exchanges bucket b alone and
-// may run on several threads at once, one bucket each (the server completes each bucket on
-// its own, so bucket b is pulled while bucket b+1 is pushed). The codecs stay per key.
-// Thread-safety: as ServerClient's (plus the heartbeat thread it runs itself).
+// Thread-safety: one thread at a time, except concurrent PushPull calls for different buckets
+// (their keys' codecs are disjoint; the decoders are shared under a mutex).
+#include <torch/types.h>
+
 #include <cstdint>
-#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "worker/server_client.h"
+#include "compressors/compressor.h"
+#include "worker/client_options.h"
+#include "worker/step_metrics.h"
+#include "worker/uplink.h"
 
 namespace gradpress::worker {
 
-struct KeyPush;  // ps_client_wire.h
+using compressors::TensorSpec;
+struct KeyPush;  // key_codecs.h
 
-class PsClient : public ServerClient {
+// One push of a set of keys for a step, and the pull of its result.
+struct StepCall {
+  int64_t step = 0;
+  int bucket = -1;           // the bucket of a split model; -1: the whole model (no split)
+  int64_t base_step = 0;     // async: the server step of the weights the gradients come from
+  std::optional<double> lr;  // exchange=weights: the lr of the server's SGD for the step
+  bool wait = true;          // false: push only (async, or sync without waiting); no result
+  Uplink* uplink = nullptr;  // held while the push is encoded and written (uplink.h)
+  // Sharded servers' catch-up (sharded_ps_client.h): keep receives the call's pushes as
+  // encoded (their tensors copied); encoded, pushes of an earlier call sent instead of
+  // encoding grads.
+  std::vector<KeyPush>* keep = nullptr;
+  const std::vector<KeyPush>* encoded = nullptr;
+};
+
+class PsClient {
  public:
-  explicit PsClient(ClientOptions options);
-  ~PsClient() override;
+  virtual ~PsClient() = default;
+  // bucket_keys: keys per bucket in model order (empty: one bucket, the whole model).
+  // catch_up_step > 0: brings a restarted shard to this step (sharded servers).
+  virtual RegisterInfo Register(const std::vector<TensorSpec>& model,
+                                const std::vector<int>& bucket_keys = {},
+                                int64_t catch_up_step = 0) = 0;
+  // Offers `params` as initial weights (the server keeps the first offer), then overwrites
+  // them with the server's weights. Returns true if ours were kept.
+  virtual bool InitOrPull(std::vector<torch::Tensor>* params) = 0;
+  // Pushes the call's keys of `grads` (the whole model, model order) and writes the step's
+  // result into the same keys of `out`; other keys are not touched. call.wait false: out unused.
+  virtual StepMetrics PushPull(const StepCall& call, const std::vector<torch::Tensor>& grads,
+                               std::vector<torch::Tensor>* out) = 0;
+  // Sync: waits for `step`'s result (-1: the newest completed). Async: current weights.
+  virtual StepMetrics Pull(std::vector<torch::Tensor>* out, int64_t step = -1) = 0;
+  virtual int64_t Heartbeat() = 0;  // returns the server step
+  // Method 6's per-epoch rule: every worker votes its score in `round`; all learn the best
+  // rank (and score). The winner then PublishWeights; the others PullWeights(round + 1).
+  virtual std::pair<int, double> Elect(int64_t round, double score) = 0;
+  virtual void PublishWeights(int64_t round, const std::vector<torch::Tensor>& params) = 0;
+  // The server's weights into `params`, once their version is at least min_version.
+  virtual void PullWeights(std::vector<torch::Tensor>* params, int64_t min_version = 0) = 0;
+  virtual std::string StatsText() = 0;  // the server's counters, Prometheus text
 
-  RegisterInfo Register(const std::vector<TensorSpec>& model,
-                        const std::vector<int>& bucket_keys = {}) override;
-  bool InitOrPull(std::vector<torch::Tensor>* params) override;
-  StepStats PushPull(int64_t step, const std::vector<torch::Tensor>& grads,
-                     std::vector<torch::Tensor>* out, int64_t base_step = 0) override;
-  StepStats PushPullBucket(int64_t step, int bucket, const std::vector<torch::Tensor>& grads,
-                           std::vector<torch::Tensor>* out, Uplink* upload = nullptr) override;
-  StepStats Push(int64_t step, const std::vector<torch::Tensor>& grads,
-                 int64_t base_step = 0) override;
-  StepStats Pull(std::vector<torch::Tensor>* out, int64_t step = -1) override;
-  int64_t Heartbeat() override;
-  std::pair<int, double> Elect(int64_t round, double score) override;
-  void PublishWeights(int64_t round, const std::vector<torch::Tensor>& params) override;
-  void PullWeights(std::vector<torch::Tensor>* params, int64_t min_version = 0) override;
-  std::string StatsText() override;
-  bool RepushKept(int64_t step) override;
-
-  // Since construction: attempts retried (all calls), and faults injected into them.
-  uint64_t retries() const;
-  uint64_t faults_injected() const;
-  struct Impl;  // stub, channel, heartbeats, faults (ps_client_internal.h)
-
- private:
-  bool UploadWeights(bool publish, int64_t round, const std::vector<torch::Tensor>& params);
-  // Pushes `pushes` for `step` and reads the result into (*out)[begin, end) (the bucket's keys).
-  StepStats Send(int64_t step, int64_t base_step, int bucket, const std::vector<KeyPush>& pushes,
-                 std::vector<torch::Tensor>* out, UplinkTurn* turn);
-  StepStats Exchange(int64_t step, int64_t base_step, int bucket,
-                     const std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>* out,
-                     Uplink* upload = nullptr);
-  std::unique_ptr<Impl> impl_;
+  // Shorthands of PushPull for the whole model.
+  StepMetrics PushPull(int64_t step, const std::vector<torch::Tensor>& grads,
+                       std::vector<torch::Tensor>* out, int64_t base_step = 0) {
+    StepCall c;
+    c.step = step;
+    c.base_step = base_step;
+    return PushPull(c, grads, out);
+  }
+  StepMetrics Push(int64_t step, const std::vector<torch::Tensor>& grads, int64_t base_step = 0) {
+    StepCall c;
+    c.step = step;
+    c.base_step = base_step;
+    c.wait = false;
+    return PushPull(c, grads, nullptr);
+  }
 };
 
 }  // namespace gradpress::worker

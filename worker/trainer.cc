@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/config_schema.h"
 #include "common/error.h"
 #include "common/json_line.h"
 #include "common/timer.h"
@@ -24,8 +25,6 @@
 #include "worker/data/transforms.h"
 #include "worker/lr_schedule.h"
 #include "worker/models/model_factory.h"
-#include "worker/ps_client.h"
-#include "worker/sharded_client.h"
 
 namespace gradpress::worker {
 namespace {
@@ -44,36 +43,21 @@ torch::Device PickDevice(const std::string& device) {
 }  // namespace
 
 Trainer::Trainer(TrainerOptions options)
-    : opt_(std::move(options)), device_(PickDevice(opt_.config.device)) {
+    : opt_(std::move(options)),
+      device_(PickDevice(opt_.config.device)),
+      rows_(std::make_shared<RowOutbox>()),
+      files_(opt_.run_dir, opt_.rank, rows_) {
   const Config& c = opt_.config;
   GP_ENFORCE(opt_.workers >= 1 && opt_.rank >= 0 && opt_.rank < opt_.workers, "rank ", opt_.rank,
              " outside [0, ", opt_.workers, ")");
-  GP_ENFORCE(c.sync.mode == "sync" || (c.sync.exchange == "weights" && c.sync.every == 1),
-             "sync.mode async applies each push to the server's weights at once: it needs "
-             "sync.exchange: weights and sync.every: 1 (methods 1-2)");
-  GP_ENFORCE(c.sync.every == 1 || c.sync.exchange == "gradients", "sync.every ", c.sync.every,
-             " (method 6) needs sync.exchange: gradients");
-  GP_ENFORCE(c.sync.exchange == "gradients" || c.sync.exchange == "weights" ||
-                 c.sync.exchange == "gaussian",
-             "sync.exchange: '", c.sync.exchange, "' is not one of gradients, weights, gaussian");
-  GP_ENFORCE(c.train.batch_size >= 1, "train.batch_size must be >= 1");
-  exchange_weights_ = c.sync.exchange == "weights";
-  GP_ENFORCE(c.sync.exchange != "gaussian" || (c.sync.every == 1 && c.sync.mode == "sync"),
-             "sync.exchange: gaussian runs in sync mode with sync.every: 1");
-  const bool dgc = c.compress.momentum_correction > 0;
-  GP_ENFORCE(!dgc || (c.sync.exchange == "gradients" && c.sync.every == 1),
-             "compress.momentum_correction (DGC) needs sync.exchange: gradients and sync.every: 1");
-  GP_ENFORCE(!dgc || !c.push.error_feedback,
-             "compress.momentum_correction keeps the unsent remainder itself: set "
-             "push.error_feedback: false");
-  GP_ENFORCE(c.compress.dynamic.ladder.empty() || (!dgc && c.compress.warmup_epochs == 0),
-             "compress.dynamic.ladder replaces the push codec: it does not combine with DGC's "
-             "momentum correction or warm-up");
+  detail::ValidateConfig(c);  // a Config built in code gets the checks a loaded one had
   torch::set_num_threads(std::max(1, c.train.threads));
 
   data_ = opt_.data ? *opt_.data
                     : data::LoadDataset(c.dataset.name, c.dataset.path, c.dataset.subset,
                                         c.dataset.test_subset, static_cast<uint64_t>(c.train.seed));
+  const int64_t shard = data::ShardSize(data_.train.size(), opt_.workers);
+  steps_per_epoch_ = std::max<int64_t>(1, (shard + c.train.batch_size - 1) / c.train.batch_size);
   const int64_t channels = data_.train.images.size(1), size = data_.train.images.size(2);
   {
     std::lock_guard<std::mutex> lock(SeedMutex());
@@ -86,7 +70,8 @@ Trainer::Trainer(TrainerOptions options)
     params_.push_back(p);
     dense_bytes_ += p.numel() * 4;
   }
-  if (!exchange_weights_) {
+  const bool dgc = c.compress.momentum_correction > 0;
+  if (c.sync.exchange != "weights") {
     torch::optim::SGDOptions so(c.train.lr);
     // DGC: the momentum lives in the push codec (momentum correction); the averaged update is
     // applied with plain SGD.
@@ -95,35 +80,15 @@ Trainer::Trainer(TrainerOptions options)
         .nesterov(!dgc && c.train.nesterov);
     optimizer_ = std::make_unique<torch::optim::SGD>(params_, so);
   }
-
-  ClientOptions co;
-  co.server = opt_.server.empty() ? c.cluster.server : opt_.server;
-  co.worker_id = "worker-" + std::to_string(opt_.rank);
-  co.incarnation = opt_.incarnation;
-  co.config_hash = ConfigHash(c);
-  co.push = c.push;
-  co.min_numel = c.compress.min_numel;
-  co.skip_1d = c.compress.skip_1d;
-  co.momentum_correction = c.compress.momentum_correction;
-  co.deadline_s = c.server.deadline_s;
-  co.heartbeat_s = c.server.worker_timeout_s / 4;
-  co.security = c.security;                        // $GRADPRESS_TOKEN is read by the client
-  co.faults = transport::ResolveFaults(c.faults);  // $GRADPRESS_FAULTS overrides the config
-  auto make_one = [this](const ClientOptions& o) -> std::unique_ptr<ServerClient> {
-    return opt_.make_client ? opt_.make_client(o) : std::make_unique<PsClient>(o);
-  };
-  // Shards, or tensors cut into partitions: the sharded client (one inner client a shard).
-  std::vector<std::string> servers = c.cluster.servers;
-  if (servers.empty()) servers = {co.server};
-  if (ShardedClient::Needed(params_, servers.size(), c.cluster.partition_mb))
-    client_ = std::make_unique<ShardedClient>(co, servers, c.cluster.partition_mb, make_one);
-  else
-    client_ = make_one(co);
+  ClientOptions co = ClientOptionsFor(c, opt_.rank, opt_.incarnation, opt_.server);
+  co.rows = rows_;
+  client_ = MakeWorkerClient(c, co, params_, opt_.make_client);
   // A restarted shard met inside an exchange takes these weights (nothing of that step is
   // applied to its part: its call failed).
-  client_->set_weights_source([this] { return params_; });
-  exchange_ = MakeExchange({&opt_.config, opt_.rank, client_.get(), &params_, optimizer_.get()});
-  if (exchange_->defers())
+  if (client_.sharded) client_.sharded->set_weights_source([this] { return params_; });
+  exchange_ =
+      MakeExchange({&opt_.config, opt_.rank, client_.client.get(), &params_, optimizer_.get()});
+  if (exchange_->traits().defers)
     model_->set_layer_gate(
         [ex = exchange_.get()](const torch::nn::Module& l) { ex->GateLayer(l); });
   if (!c.compress.dynamic.ladder.empty()) {
@@ -131,12 +96,7 @@ Trainer::Trainer(TrainerOptions options)
     for (const auto& spec : SplitLadder(c.compress.dynamic.ladder))
       compressors::MakeCompressor(ParseCodecShorthand(spec));  // all valid now
   }
-  if (c.compress.warmup_epochs > 0) {
-    const auto ratio = c.push.params.find("ratio");
-    GP_ENFORCE(ratio != c.push.params.end(), "compress.warmup_epochs needs push.ratio (the ",
-               "density the warm-up ends at)");
-    push_ratio_ = std::stod(ratio->second);
-  }
+  if (c.compress.warmup_epochs > 0) push_ratio_ = std::stod(c.push.params.at("ratio"));
   rng_.seed(data::MixSeed(static_cast<uint64_t>(c.train.seed), opt_.rank));
   checkpoint_dir_ = opt_.checkpoint_dir;
   if (checkpoint_dir_.empty() && !opt_.run_dir.empty())
@@ -157,7 +117,7 @@ void Trainer::Connect(bool resume) {
   std::vector<compressors::TensorSpec> specs;
   for (const auto& item : model_->named_parameters())
     specs.push_back({item.key(), exchange_->KeyShape(item.value())});
-  RegisterInfo info = client_->Register(specs, exchange_->bucket_keys());
+  RegisterInfo info = client_.client->Register(specs, exchange_->traits().bucket_keys);
   server_rank_ = info.rank;  // the server's numbering (registration order), used by Elect
   exchange_->Init();         // the first worker's weights win; every worker adopts them
   if (controller_) SetPushCodec(controller_->current(), /*epoch=*/-1);
@@ -179,6 +139,8 @@ StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labe
   // reaches them (its waits and updates are that step's, not this one's compute).
   torch::Tensor logits = model_->forward(x);
   const double previous_ms = SettleHeld();
+  // The step's lr, set once the previous step is applied (cross-barrier: just above).
+  exchange_->SetLr(ScheduledLr(opt_.config.train, static_cast<double>(step_) / steps_per_epoch_));
   exchange_->Begin(step_);
   torch::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
   loss.backward();
@@ -193,35 +155,23 @@ StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labe
 
   Timer exchange;
   const double compute_before = m.compute_ms;
-  const StepStats st = exchange_->Finish(step_, &m);
-  AddExchange(st, &m);
+  exchange_->Finish(step_, &m);
   // The serial step waits for the whole exchange (its wall time, less local compute in it).
   if (!m.overlap) m.exposed_comm_ms = exchange.ElapsedMs() - (m.compute_ms - compute_before);
   ++step_;
   m.step_ms = step_timer.ElapsedMs();
-  if (exchange_->pending())
+  if (exchange_->traits().defers)
     held_ = m;
   else
     finished_.push_back(m);
   return m;
 }
 
-void Trainer::AddExchange(const StepStats& st, StepMetrics* m) {
-  m->bytes_up = st.bytes_up;
-  m->bytes_down = st.bytes_down;
-  m->encode_ms = st.encode_ms;
-  m->decode_ms = st.decode_ms;
-  m->network_ms = st.network_ms;
-  m->wait_ms = st.wait_ms;
-  m->server_ms = st.server_ms;
-  m->retries = st.retries;
-}
-
 double Trainer::SettleHeld() {
   SettledStep done;
   if (!exchange_->Settle(&done)) return 0;
   if (held_) {
-    AddExchange(done.stats, &*held_);
+    Merge(done.stats, Concurrency::kSerial, &*held_);
     held_->exposed_comm_ms += done.exposed_ms;
     held_->compute_ms += done.apply_ms;
     finished_.push_back(*held_);
@@ -252,18 +202,6 @@ double Trainer::Evaluate() {
   }
   model_->train();
   return n > 0 ? static_cast<double>(correct) / n : 0.0;
-}
-
-void Trainer::AppendLine(const std::string& line) {
-  if (opt_.run_dir.empty()) return;
-  std::ofstream f(opt_.run_dir + "/metrics.jsonl", std::ios::app);
-  f << line + "\n";
-  f.flush();
-}
-
-void Trainer::WriteSummary(const TrainSummary& s) const {
-  if (!opt_.run_dir.empty())
-    WriteSummaryJson(opt_.run_dir, opt_.config, opt_.workers, s, opt_.summary_extra);
 }
 
 }  // namespace gradpress::worker

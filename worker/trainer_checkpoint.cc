@@ -1,8 +1,9 @@
-// Trainer, part three: checkpoints and resume (shared/DESIGN.md, "Reliability rules").
+// The Trainer's checkpoints, resume and rejoin (shared/DESIGN.md, "Reliability rules").
 // Sections: "meta" (step, syncs, local steps since the last sync, rank, workers, config
 // hash), "torch" (a LibTorch archive: model parameters and buffers, optimizer state, method
-// 6's anchor), "rng" (the augmentation RNG), "push" (ServerClient::SaveState). A checkpoint's
-// step is the server step, so worker and server checkpoints of one moment share a number.
+// 6's anchor), "rng" (the augmentation RNG), "push" (CodecState::SaveState, key_codecs.h). A
+// checkpoint's step is the server step, so worker and server checkpoints of one moment share a
+// number.
 #include <spdlog/spdlog.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
@@ -25,9 +26,10 @@ std::string Trainer::WriteCheckpoint() {
   c.step = at;
   std::string meta;
   ByteWriter w(&meta);
+  const ExchangeState state = exchange_->State(step_);
   w.Put<int64_t>(step_);
-  w.Put<int64_t>(exchange_->server_step(step_));
-  w.Put<int64_t>(exchange_->since_exchange());
+  w.Put<int64_t>(state.server_step);
+  w.Put<int64_t>(state.since_exchange);
   w.Put<int32_t>(opt_.rank);
   w.Put<int32_t>(opt_.workers);
   const std::string hash = ConfigHash(opt_.config);
@@ -44,7 +46,7 @@ std::string Trainer::WriteCheckpoint() {
     optimizer_->save(optimizer_archive);
     archive.write("optimizer", optimizer_archive);
   }
-  const std::vector<torch::Tensor> anchor = exchange_->state_tensors();  // method 6's
+  const std::vector<torch::Tensor>& anchor = state.tensors;  // method 6's
   for (size_t i = 0; i < anchor.size(); ++i)
     archive.write("anchor_" + std::to_string(i), anchor[i], /*is_buffer=*/true);
   std::ostringstream torch_bytes;
@@ -53,7 +55,7 @@ std::string Trainer::WriteCheckpoint() {
   std::ostringstream rng;
   rng << rng_;
   c.Put("rng", rng.str());
-  c.Put("push", client_->SaveState());
+  c.Put("push", client_.codecs->SaveState());
   try {
     const std::string path = SaveCheckpoint(checkpoint_dir_, c, opt_.config.train.checkpoint_keep);
     last_checkpoint_ = at;
@@ -98,7 +100,7 @@ void Trainer::RestoreCheckpoint(const Checkpoint& c) {
       archive.read("optimizer", optimizer_archive);
       optimizer_->load(optimizer_archive);
     }
-    std::vector<torch::Tensor> anchor = exchange_->state_tensors();  // read in place
+    std::vector<torch::Tensor> anchor = exchange_->State(step_).tensors;  // read in place
     for (size_t i = 0; i < anchor.size(); ++i)
       archive.read("anchor_" + std::to_string(i), anchor[i], /*is_buffer=*/true);
   } catch (const c10::Error& e) {
@@ -108,7 +110,7 @@ void Trainer::RestoreCheckpoint(const Checkpoint& c) {
   std::istringstream rng(c.Get("rng"));
   rng >> rng_;
   GP_ENFORCE(!rng.fail(), context, ": the augmentation RNG state does not parse");
-  client_->LoadState(c.Get("push"));
+  client_.codecs->LoadState(c.Get("push"));
   step_ = step;
   exchange_->Restore(sync_round, since_sync);
   last_checkpoint_ = c.step;
@@ -131,7 +133,7 @@ void Trainer::Resume(int64_t server_step) {
     GP_ENFORCE(c.has_value(), "no readable checkpoint in ", checkpoint_dir_);
     RestoreCheckpoint(*c);
     std::vector<torch::Tensor> weights = Parameters();
-    client_->PullWeights(&weights);
+    client_.client->PullWeights(&weights);
     spdlog::info("worker-{}: resumed from {} (own step {}, async)", opt_.rank, c->path, step_);
     return;
   }
@@ -144,7 +146,7 @@ void Trainer::Resume(int64_t server_step) {
   }
   std::string have;
   for (const auto& [s, path] : all) have += (have.empty() ? "" : ", ") + std::to_string(s);
-  const bool shadow = ServerHasShadow();
+  const bool shadow = exchange_->traits().server_weights == ExchangeTraits::ServerWeights::kShadow;
   if (shadow) {
     // Gradient methods with server.shadow_weights: the server holds the weights every worker
     // holds. Go on from this worker's newest checkpoint (optimizer momentum, residuals, RNG:
@@ -157,7 +159,7 @@ void Trainer::Resume(int64_t server_step) {
     GP_ENFORCE(newest.has_value(), "no readable checkpoint in ", checkpoint_dir_);
     RestoreCheckpoint(*newest);
     std::vector<torch::Tensor> weights = Parameters();
-    client_->PullWeights(&weights);
+    client_.client->PullWeights(&weights);
     step_ = exchange_->Reset(server_step);  // method 6: the anchor is the server's weights
     last_checkpoint_ = -1;
     spdlog::warn(
@@ -167,7 +169,7 @@ void Trainer::Resume(int64_t server_step) {
         server_step - newest->step);
     return;
   }
-  if (exchange_weights_) {
+  if (exchange_->traits().server_weights == ExchangeTraits::ServerWeights::kModel) {
     // The server's weights are the model: going on from them loses only push residuals.
     spdlog::warn(
         "worker-{}: no checkpoint of server step {} in {} (it has steps {}): continuing from "
@@ -190,7 +192,8 @@ int64_t Trainer::Rejoin(const Error& why) {
   held_.reset();  // a step whose exchange failed is not reported
   spdlog::warn("worker-{} step {}: the server lost this worker ({}); registering again", opt_.rank,
                step_, why.what());
-  const std::vector<int> behind = client_->ShardsBehind();
+  const std::vector<int> behind =
+      client_.sharded ? client_.sharded->ShardsBehind() : std::vector<int>{};
   if (!behind.empty()) {
     // Some shards restarted from older checkpoints; the others hold the job at this step.
     // Those are brought to it with this worker's weights, and the step runs again: nothing
@@ -200,43 +203,32 @@ int64_t Trainer::Rejoin(const Error& why) {
               " was half applied (sync.cross_barrier); stop the job and start every process "
               "again with --resume auto");
     std::vector<torch::Tensor> weights = Parameters();
-    client_->RejoinShards(behind, step_, &weights);
+    client_.sharded->RejoinShards(behind, step_, &weights);
     std::string which;
     for (int s : behind) which += (which.empty() ? "" : ",") + std::to_string(s);
     spdlog::warn("worker-{}: shard(s) {} rejoined at step {} (0 steps rolled back)", opt_.rank,
                  which, step_);
-    NoteRejoin(0, which);
+    files_.Rejoin(step_, 0, which);
     return 0;
   }
-  const bool shadow = ServerHasShadow();
+  const bool shadow = exchange_->traits().server_weights == ExchangeTraits::ServerWeights::kShadow;
   const bool has_checkpoints =
       !checkpoint_dir_.empty() && !ListCheckpoints(checkpoint_dir_).empty();
-  if (!has_checkpoints && !exchange_weights_ && !shadow) return -1;
+  if (!has_checkpoints &&
+      exchange_->traits().server_weights != ExchangeTraits::ServerWeights::kModel && !shadow)
+    return -1;
   connected_ = false;
   Connect(/*resume=*/has_checkpoints);  // the checkpoint of the server's step, if any
   if (!has_checkpoints && shadow) {
     // No checkpoint: go on from the server's copy of the workers' weights.
     std::vector<torch::Tensor> weights = Parameters();
-    client_->PullWeights(&weights);
+    client_.client->PullWeights(&weights);
     step_ = exchange_->Reset(server_step());  // method 6: the anchor is the server's weights
   }
   const int64_t lost = std::max<int64_t>(0, before - step_);
   spdlog::warn("worker-{}: rejoined at step {} ({} steps rolled back)", opt_.rank, step_, lost);
-  NoteRejoin(lost, "");
+  files_.Rejoin(step_, lost, "");
   return lost;
-}
-
-void Trainer::NoteRejoin(int64_t lost, const std::string& shards) {
-  JsonLine line;
-  line.Int("rank", opt_.rank).Int("step", step_).Str("event", "rejoin");
-  if (!shards.empty()) line.Str("shards", shards);
-  AppendLine(line.Int("steps_lost", lost).Done());
-  proto::WorkerRow row;
-  row.set_kind(proto::WorkerRow::REJOIN);
-  row.set_rank(opt_.rank);
-  row.set_step(step_);
-  row.set_steps_lost(lost);
-  client_->Report(row);
 }
 
 }  // namespace gradpress::worker

@@ -1,4 +1,4 @@
-// Trainer, part four: the dynamic-compression controller's codec changes and its loss probe.
+// The Trainer's dynamic compression: the controller's codec changes and its loss probe.
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -10,29 +10,14 @@ namespace gradpress::worker {
 
 void Trainer::SetPushCodec(const CompressionDecision& d, int64_t epoch) {
   Settle();  // the codecs of a step still in flight stay until it ends
-  client_->SetPushCodec(d.spec == "none" ? CodecSpec{} : ParseCodecShorthand(d.spec));
+  client_.codecs->SetPushCodec(d.spec == "none" ? CodecSpec{} : ParseCodecShorthand(d.spec));
   if (epoch < 0) {
     spdlog::info("worker-{} push codec: {} (dynamic compression, rung {})", opt_.rank, d.spec,
                  d.rung);
     return;
   }
   spdlog::info("worker-{} epoch {}: push codec -> {} ({})", opt_.rank, epoch, d.spec, d.reason);
-  AppendLine(JsonLine()
-                 .Int("rank", opt_.rank)
-                 .Int("epoch", epoch)
-                 .Int("step", step_)
-                 .Str("push_codec", d.spec)
-                 .Int("rung", d.rung)
-                 .Str("reason", d.reason)
-                 .Done());
-  proto::WorkerRow row;
-  row.set_kind(proto::WorkerRow::CODEC);
-  row.set_rank(opt_.rank);
-  row.set_epoch(static_cast<int32_t>(epoch));
-  row.set_step(step_);
-  row.set_push_codec(d.spec);
-  row.set_rung(d.rung);
-  client_->Report(row);
+  files_.CodecChange(epoch, step_, d.spec, d.rung, d.reason);
 }
 
 double Trainer::ProbeTrainLoss(int64_t max_images) {

@@ -30,7 +30,7 @@
 #include "common/logging.h"
 #include "transport/fault_injection.h"
 #include "transport/security.h"
-#include "worker/ps_client.h"
+#include "worker/grpc_ps_client.h"
 #include "worker/trainer.h"
 
 namespace {
@@ -132,7 +132,8 @@ int main(int argc, char** argv) {
     spdlog::info(
         "done: {} steps, test_acc {:.4f}, {:.0f} B up / {:.0f} B down per step, {:.2f} "
         "ms per step, {:.1f} s",
-        s.steps, s.test_acc, s.bytes_up_per_step, s.bytes_down_per_step, s.step_ms, s.wall_s);
+        s.steps, s.test_acc, s.bytes_up_per_step, s.bytes_down_per_step, s.totals.Mean("step_ms"),
+        s.wall_s);
     return 0;
   } catch (const std::exception& e) {
     spdlog::error("training failed: {}", e.what());

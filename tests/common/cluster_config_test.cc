@@ -1,5 +1,7 @@
-// cluster.servers (a list in YAML, on the command line and in $GRADPRESS_SERVERS) and a
-// server's shard (--shard/--shards, the environment, or the length of cluster.servers).
+// Who a process is in the cluster: a worker's rank, world size and server (flags, the
+// environment, the config), cluster.servers (a list in YAML, on the command line and in
+// $GRADPRESS_SERVERS) and a server's shard (--shard/--shards, the environment, or the length
+// of cluster.servers).
 #include <catch2/catch.hpp>
 
 #include "common/config.h"
@@ -12,6 +14,54 @@ namespace {
 using testing::ScopedEnv;
 
 }  // namespace
+
+TEST_CASE("identity: flags, then environment, then config", "[config]") {
+  Config c;
+  c.cluster.workers = 4;
+  c.cluster.server = "ps:1234";
+  {
+    ScopedEnv e1("RANK", nullptr), e2("SLURM_PROCID", nullptr), e3("WORLD_SIZE", nullptr),
+        e4("SLURM_NTASKS", nullptr), e5("GRADPRESS_SERVER", nullptr), e6("MASTER_PORT", "999");
+    Identity id = ResolveIdentity(std::nullopt, std::nullopt, std::nullopt, c);
+    CHECK(id.rank == 0);
+    CHECK(id.workers == 4);
+    CHECK(id.server == "ps:1234");
+
+    ScopedEnv s1("SLURM_PROCID", "2"), s2("SLURM_NTASKS", "3");
+    id = ResolveIdentity(std::nullopt, std::nullopt, std::nullopt, c);
+    CHECK(id.rank == 2);
+    CHECK(id.workers == 3);
+
+    ScopedEnv r1("RANK", "1"), r2("WORLD_SIZE", "5"), r3("GRADPRESS_SERVER", "10.0.0.1:50051");
+    id = ResolveIdentity(std::nullopt, std::nullopt, std::nullopt, c);
+    CHECK(id.rank == 1);
+    CHECK(id.workers == 5);
+    CHECK(id.server == "10.0.0.1:50051");
+
+    id = ResolveIdentity(0, 8, std::string("host:1"), c);
+    CHECK(id.rank == 0);
+    CHECK(id.workers == 8);
+    CHECK(id.server == "host:1");
+
+    ScopedEnv empty("RANK", "");  // empty counts as unset
+    CHECK(ResolveIdentity(std::nullopt, std::nullopt, std::nullopt, c).rank == 2);
+  }
+  {
+    ScopedEnv bad("RANK", "abc"), ws("WORLD_SIZE", nullptr), nt("SLURM_NTASKS", nullptr);
+    CHECK_THROWS_WITH(ResolveIdentity(std::nullopt, std::nullopt, std::nullopt, c),
+                      Catch::Contains("$RANK: expected an integer >= 0, got 'abc'"));
+    CHECK(ResolveIdentity(3, std::nullopt, std::nullopt, c).rank == 3);  // flag wins
+    CHECK_THROWS_WITH(
+        ResolveIdentity(4, std::nullopt, std::nullopt, c),
+        Catch::Contains("rank 4 (from --rank) must be below the number of workers 4"));
+    ScopedEnv bad_ws("WORLD_SIZE", "0");
+    CHECK_THROWS_WITH(ResolveIdentity(0, std::nullopt, std::nullopt, c),
+                      Catch::Contains("$WORLD_SIZE: expected an integer >= 1, got '0'"));
+    ScopedEnv bad_server("GRADPRESS_SERVER", "nohost");
+    CHECK_THROWS_WITH(ResolveIdentity(0, 1, std::nullopt, c),
+                      Catch::Contains("$GRADPRESS_SERVER: expected host:port"));
+  }
+}
 
 TEST_CASE("cluster.servers reads a YAML list, a --set list and $GRADPRESS_SERVERS", "[config]") {
   const Config list = ParseConfig("cluster: {servers: [10.0.0.1:50051, 'h2:50052']}\n");

@@ -10,12 +10,9 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "tests/common/scoped_env.h"
 
 namespace gradpress {
 namespace {
-
-using testing::ScopedEnv;
 
 // The example of shared/DESIGN.md, "Configuration" (method 5).
 const char* const kDesignExample = R"(name: lenet-fmnist-method5
@@ -165,11 +162,11 @@ TEST_CASE("every config in configs/ loads, one per model and method", "[config]"
 }
 
 TEST_CASE("overrides apply in order on top of the file, codec keys included", "[config]") {
-  const Config c = ParseConfig(
-      kDesignExample, "x.yaml",
-      {"train.lr=0.05", "train.lr=0.1", "sync.mode=async", "push.ratio=0.001", "push.then.levels=8",
-       "pull.codec=qsgd", "pull.then=null", "pull.error_feedback=false", "name='my run'",
-       "train.nesterov=yes", "dataset.subset = 1000"});
+  const Config c = ParseConfig(kDesignExample, "x.yaml",
+                               {"train.lr=0.05", "train.lr=0.1", "sync.mode=async",
+                                "sync.exchange=weights", "push.ratio=0.001", "push.then.levels=8",
+                                "pull.codec=qsgd", "pull.then=null", "pull.error_feedback=false",
+                                "name='my run'", "train.nesterov=yes", "dataset.subset = 1000"});
   CHECK(c.train.lr == 0.1);
   CHECK(c.sync.mode == "async");
   CHECK(c.push.params.at("ratio") == "0.001");
@@ -295,6 +292,21 @@ TEST_CASE("ToYaml is the resolved config and loads back to the same", "[config]"
   CHECK_THROWS_AS(WriteResolvedConfig(c, "/proc/gp_no/config.yaml"), InvalidArgument);
 }
 
+TEST_CASE("the training rules across keys are load-time errors naming the keys", "[config]") {
+  auto error = [](const std::string& yaml) { return ErrorOf([&] { ParseConfig(yaml); }); };
+  CHECK(error("sync: {every: 20, exchange: weights}")
+            .find("sync.every 20 (method 6) needs "
+                  "sync.exchange: gradients") != std::string::npos);
+  CHECK(error("compress: {momentum_correction: 0.9}\npush: {codec: topk, error_feedback: true}")
+            .find("push.error_feedback: false") != std::string::npos);
+  CHECK(error("compress: {warmup_epochs: 2}\npush: {codec: qsgd}").find("push.ratio") !=
+        std::string::npos);
+  CHECK(error("compress: {momentum_correction: 0.9, dynamic: {ladder: 'qsgd|fp16'}}\n"
+              "push: {codec: topk, ratio: 0.01}")
+            .find("compress.dynamic.ladder") != std::string::npos);
+  CHECK_NOTHROW(ParseConfig("sync: {mode: async, exchange: weights}"));
+}
+
 TEST_CASE("ConfigHash tells jobs apart", "[config]") {
   const Config a = ParseConfig(kDesignExample), b = ParseConfig(kDesignExample, "other.yaml");
   CHECK(ConfigHash(a) == ConfigHash(b));
@@ -302,54 +314,6 @@ TEST_CASE("ConfigHash tells jobs apart", "[config]") {
   CHECK(ConfigHash(a) != ConfigHash(ParseConfig(kDesignExample, "x", {"push.ratio=0.02"})));
   CHECK(ConfigHash(a) != ConfigHash(ParseConfig(kDesignExample, "x", {"train.lr=0.02"})));
   CHECK(a != ParseConfig(kDesignExample, "x", {"push.then.levels=8"}));
-}
-
-TEST_CASE("identity: flags, then environment, then config", "[config]") {
-  Config c;
-  c.cluster.workers = 4;
-  c.cluster.server = "ps:1234";
-  {
-    ScopedEnv e1("RANK", nullptr), e2("SLURM_PROCID", nullptr), e3("WORLD_SIZE", nullptr),
-        e4("SLURM_NTASKS", nullptr), e5("GRADPRESS_SERVER", nullptr), e6("MASTER_PORT", "999");
-    Identity id = ResolveIdentity(std::nullopt, std::nullopt, std::nullopt, c);
-    CHECK(id.rank == 0);
-    CHECK(id.workers == 4);
-    CHECK(id.server == "ps:1234");
-
-    ScopedEnv s1("SLURM_PROCID", "2"), s2("SLURM_NTASKS", "3");
-    id = ResolveIdentity(std::nullopt, std::nullopt, std::nullopt, c);
-    CHECK(id.rank == 2);
-    CHECK(id.workers == 3);
-
-    ScopedEnv r1("RANK", "1"), r2("WORLD_SIZE", "5"), r3("GRADPRESS_SERVER", "10.0.0.1:50051");
-    id = ResolveIdentity(std::nullopt, std::nullopt, std::nullopt, c);
-    CHECK(id.rank == 1);
-    CHECK(id.workers == 5);
-    CHECK(id.server == "10.0.0.1:50051");
-
-    id = ResolveIdentity(0, 8, std::string("host:1"), c);
-    CHECK(id.rank == 0);
-    CHECK(id.workers == 8);
-    CHECK(id.server == "host:1");
-
-    ScopedEnv empty("RANK", "");  // empty counts as unset
-    CHECK(ResolveIdentity(std::nullopt, std::nullopt, std::nullopt, c).rank == 2);
-  }
-  {
-    ScopedEnv bad("RANK", "abc"), ws("WORLD_SIZE", nullptr), nt("SLURM_NTASKS", nullptr);
-    CHECK_THROWS_WITH(ResolveIdentity(std::nullopt, std::nullopt, std::nullopt, c),
-                      Catch::Contains("$RANK: expected an integer >= 0, got 'abc'"));
-    CHECK(ResolveIdentity(3, std::nullopt, std::nullopt, c).rank == 3);  // flag wins
-    CHECK_THROWS_WITH(
-        ResolveIdentity(4, std::nullopt, std::nullopt, c),
-        Catch::Contains("rank 4 (from --rank) must be below the number of workers 4"));
-    ScopedEnv bad_ws("WORLD_SIZE", "0");
-    CHECK_THROWS_WITH(ResolveIdentity(0, std::nullopt, std::nullopt, c),
-                      Catch::Contains("$WORLD_SIZE: expected an integer >= 1, got '0'"));
-    ScopedEnv bad_server("GRADPRESS_SERVER", "nohost");
-    CHECK_THROWS_WITH(ResolveIdentity(0, 1, std::nullopt, c),
-                      Catch::Contains("$GRADPRESS_SERVER: expected host:port"));
-  }
 }
 
 TEST_CASE("security and faults blocks: defaults, values, errors", "[config][security]") {

@@ -130,9 +130,9 @@ struct Seen {
 };
 
 // PushPull on even steps, Push then Pull(step) on odd ones: both RPC paths interleave.
-worker::StepStats Exchange(worker::PsClient& client, int64_t step,
-                           const std::vector<torch::Tensor>& grads,
-                           std::vector<torch::Tensor>* out) {
+worker::StepMetrics Exchange(worker::GrpcPsClient& client, int64_t step,
+                             const std::vector<torch::Tensor>& grads,
+                             std::vector<torch::Tensor>* out) {
   if (step % 2 == 0) return client.PushPull(step, grads, out);
   client.Push(step, grads);
   return client.Pull(out, step);
@@ -166,7 +166,7 @@ TEST_CASE("8 workers, codec none: exact means while stats, heartbeats, a leaver,
   Poller poller(c.port, Names(kWorkers - 1));  // keeps all but the leaver alive
   std::vector<std::vector<Seen>> seen(kWorkers, std::vector<Seen>(kSteps));
   Cluster::Parallel(kWorkers, [&](int w) {
-    worker::PsClient client(Client(c, w));
+    worker::GrpcPsClient client(Client(c, w));
     client.Register(specs);
     auto params = Zeros(specs);
     client.InitOrPull(&params);
@@ -259,7 +259,7 @@ TEST_CASE("8 workers, topk+qsgd with error feedback both ways: exact means under
   Cluster::Parallel(kWorkers, [&](int w) {
     auto o = Client(c, w);
     o.push = TopKQsgd();
-    worker::PsClient client(o);
+    worker::GrpcPsClient client(o);
     client.Register(specs);
     auto params = Zeros(specs);
     client.InitOrPull(&params);
@@ -304,7 +304,7 @@ TEST_CASE("8 workers async: every concurrent push applied exactly once", "[concu
   Poller poller(c.port, Names(kWorkers));
   std::vector<int> duplicates_missed(kWorkers);
   Cluster::Parallel(kWorkers, [&](int w) {
-    worker::PsClient client(Client(c, w));
+    worker::GrpcPsClient client(Client(c, w));
     client.Register(specs);
     auto params = Zeros(specs);
     client.InitOrPull(&params);
@@ -318,7 +318,7 @@ TEST_CASE("8 workers async: every concurrent push applied exactly once", "[concu
   poller.Stop();
   for (int w = 0; w < kWorkers; ++w) CHECK(duplicates_missed[w] == 0);
   // Each worker w pushed gradient w + 1 kSteps times with lr 1: -(1 + ... + 8) * kSteps.
-  worker::PsClient reader(Client(c, 0));
+  worker::GrpcPsClient reader(Client(c, 0));
   reader.Register(specs);
   auto out = Zeros(specs);
   reader.Pull(&out);

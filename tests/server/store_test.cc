@@ -32,7 +32,7 @@ TEST_CASE("sync, 4 workers, codec none: each worker receives the mean", "[server
   std::vector<std::vector<int>> contributors(4, std::vector<int>(5, -1));
   std::vector<std::vector<std::vector<float>>> error(4, std::vector<std::vector<float>>(5));
   Cluster::Parallel(4, [&](int w) {
-    worker::PsClient client(c.Client(w));
+    worker::GrpcPsClient client(c.Client(w));
     client.Register(specs);
     auto params = Zeros(specs);
     client.InitOrPull(&params);
@@ -70,7 +70,7 @@ TEST_CASE("exchange=weights: server SGD with momentum matches a reference loop",
   const std::vector<torch::Tensor> init = {torch::randn({50, 40}), torch::randn({40})};
   std::vector<std::vector<torch::Tensor>> received(2);
   Cluster::Parallel(2, [&](int w) {
-    worker::PsClient client(c.Client(w));
+    worker::GrpcPsClient client(c.Client(w));
     client.Register(specs);
     std::vector<torch::Tensor> params = {init[0].clone() * (w + 1), init[1].clone() * (w + 1)};
     client.InitOrPull(&params);  // worker-0 or worker-1 wins; both then hold the same
@@ -124,7 +124,7 @@ TEST_CASE("both ways topk then qsgd with error feedback tracks the true mean", "
     o.push.then = std::make_shared<CodecSpec>(ParseCodecShorthand("qsgd levels=16"));
     o.push.error_feedback = true;
     o.min_numel = 0;
-    worker::PsClient client(o);
+    worker::GrpcPsClient client(o);
     client.Register(specs);
     auto params = Zeros(specs);
     client.InitOrPull(&params);
@@ -156,7 +156,7 @@ TEST_CASE("async: every push applied exactly once, staleness bounded", "[server]
   const auto specs = Specs({{1000}});
   std::vector<int> duplicates(2, 0);  // asserted on the main thread, after the join
   Cluster::Parallel(2, [&](int w) {
-    worker::PsClient client(c.Client(w));
+    worker::GrpcPsClient client(c.Client(w));
     client.Register(specs);
     auto params = Zeros(specs);
     client.InitOrPull(&params);
@@ -179,7 +179,7 @@ TEST_CASE("async: every push applied exactly once, staleness bounded", "[server]
     }
   });
   CHECK(duplicates == std::vector<int>{10, 10});
-  worker::PsClient reader(c.Client(0));
+  worker::GrpcPsClient reader(c.Client(0));
   reader.Register(specs);
   auto out = Zeros(specs);
   reader.Pull(&out);
@@ -191,166 +191,12 @@ TEST_CASE("async: every push applied exactly once, staleness bounded", "[server]
   CHECK_NOTHROW(reader.Push(51, {torch::ones({1000})}, 17));
 }
 
-TEST_CASE("a worker that stops pushing does not deadlock the barrier", "[server]") {
-  auto opts = Options(2);
-  opts.worker_timeout_s = 0.5;
-  Cluster c(opts);
-  const auto specs = Specs({{100}});
-  worker::PsClient quiet(c.Client(1));
-  quiet.Register(specs);
-  worker::PsClient active(c.Client(0));
-  active.Register(specs);
-  auto params = Zeros(specs);
-  active.InitOrPull(&params);
-  auto out = Zeros(specs);
-  auto st = active.PushPull(0, {torch::full({100}, 3.f)}, &out);
-  CHECK(st.contributors == 1);  // the quiet worker was dropped; the mean renormalised
-  CHECK(out[0].eq(3.f).all().item<bool>());
-  CHECK(st.wait_ms > 300);
-  // Dropped workers must register again; then they are in the barrier again.
-  CHECK_THROWS_AS(quiet.PushPull(1, {torch::ones({100})}, &out), gradpress::FailedPrecondition);
-  quiet.Register(specs);
-  std::vector<worker::StepStats> s(2);
-  std::vector<std::vector<torch::Tensor>> o(2, Zeros(specs));
-  Cluster::Parallel(2, [&](int w) {
-    auto& client = w == 0 ? active : quiet;
-    s[w] = client.PushPull(1, {torch::full({100}, static_cast<float>(w))}, &o[w]);
-  });
-  for (int w = 0; w < 2; ++w) {
-    INFO("worker " << w);
-    CHECK(s[w].contributors == 2);
-    CHECK(o[w][0].eq(0.5f).all().item<bool>());
-  }
-}
-
-TEST_CASE("heartbeats keep a worker that is busy elsewhere in the barrier", "[server]") {
-  auto opts = Options(2);
-  opts.worker_timeout_s = 0.4;
-  Cluster c(opts);
-  const auto specs = Specs({{100}});
-  auto slow_opts = c.Client(1);
-  slow_opts.heartbeat_s = 0.1;
-  worker::PsClient slow(slow_opts);
-  slow.Register(specs);
-  worker::PsClient fast(c.Client(0));
-  fast.Register(specs);
-  auto params = Zeros(specs);
-  fast.InitOrPull(&params);
-  const uint64_t before = c.runner.store().Stats().bytes_in;
-  std::vector<worker::StepStats> st(2);
-  std::vector<std::vector<torch::Tensor>> out(2, Zeros(specs));
-  Cluster::Parallel(2, [&](int w) {
-    if (w == 1) {
-      // Once the fast worker's push is in and it waits at the barrier, the slow one is busy
-      // "evaluating" for 3x the timeout, silent but for its heartbeats. This sleep is the
-      // silence under test; the wait before it orders the events.
-      GP_ENFORCE(WaitFor([&] { return c.runner.store().Stats().bytes_in > before; }),
-                 "the fast worker's push never arrived");
-      std::this_thread::sleep_for(std::chrono::milliseconds(1200));
-    }
-    st[w] = (w == 0 ? fast : slow).PushPull(0, {torch::full({100}, 2.f * w)}, &out[w]);
-  });
-  for (int w = 0; w < 2; ++w) {
-    INFO("worker " << w);
-    CHECK(st[w].contributors == 2);
-    CHECK(out[w][0].eq(1.f).all().item<bool>());
-  }
-  CHECK(st[0].wait_ms > 1000);  // the barrier held through the whole silence
-}
-
-TEST_CASE("step 0 waits for every expected worker to register", "[server]") {
-  Cluster c(Options(2));
-  const auto specs = Specs({{100}});
-  worker::PsClient early(c.Client(0));
-  early.Register(specs);
-  auto params = Zeros(specs);
-  early.InitOrPull(&params);
-  server::ParameterStore& store = c.runner.store();
-  const uint64_t before = store.Stats().bytes_in;
-  int64_t step_when_late_came = -1;
-  worker::StepStats st;
-  auto out = Zeros(specs);
-  Cluster::Parallel(2, [&](int w) {
-    if (w == 0) {
-      st = early.PushPull(0, {torch::full({100}, 2.f)}, &out);
-      return;
-    }
-    // The late worker registers only once the early one's push is in: the step must still
-    // be open then, waiting for it.
-    GP_ENFORCE(WaitFor([&] { return store.Stats().bytes_in > before; }),
-               "the early worker's push never arrived");
-    step_when_late_came = store.step();
-    worker::PsClient client(c.Client(1));
-    client.Register(specs);
-    auto late_out = Zeros(specs);
-    client.PushPull(0, {torch::full({100}, 4.f)}, &late_out);
-  });
-  CHECK(step_when_late_came == 0);
-  CHECK(st.contributors == 2);
-  CHECK(out[0].eq(3.f).all().item<bool>());
-}
-
-TEST_CASE("a restored server keeps its members: they register again with their rank",
-          "[server][restart]") {
-  const auto specs = Specs({{100}});
-  Checkpoint ckpt;
-  std::vector<int> ranks(2);
-  {
-    Cluster c(Options(2));
-    Cluster::Parallel(2, [&](int w) {
-      auto o = c.Client(w);
-      o.incarnation = 3;
-      worker::PsClient client(o);
-      ranks[w] = client.Register(specs).rank;
-      auto params = Zeros(specs);
-      client.InitOrPull(&params);
-      auto out = Zeros(specs);
-      for (int64_t step = 0; step < 2; ++step) client.PushPull(step, {torch::ones({100})}, &out);
-    });
-    ckpt = c.runner.store().SaveCheckpoint();
-  }
-  Cluster c(Options(2));
-  c.runner.store().RestoreCheckpoint(ckpt);
-  auto client_options = [&](int w, uint64_t incarnation) {
-    auto o = c.Client(w);
-    o.incarnation = incarnation;
-    return o;
-  };
-  // Before it registers again a member's calls are refused; so are an older incarnation of
-  // it and a newcomer (the membership is full).
-  server::ParameterStore& store = c.runner.store();
-  CHECK_THROWS_WITH(store.Heartbeat({"worker-1", 3}), Catch::Contains("register again"));
-  CHECK_THROWS_WITH(store.Register({"worker-1", 2}, specs, ""), Catch::Contains("older"));
-  CHECK_THROWS_WITH(store.Register({"worker-9", 1}, specs, ""), Catch::Contains("one too many"));
-  worker::PsClient w1(client_options(1, 3));
-  // Ranks are kept; the step waits until both members are back.
-  CHECK(w1.Register(specs).rank == ranks[1]);
-  const uint64_t before = store.Stats().bytes_in;
-  auto pending = std::async(std::launch::async, [&] {
-    auto out = Zeros(specs);
-    return w1.PushPull(2, {torch::full({100}, 4.f)}, &out);
-  });
-  // worker-1's push is in; worker-0 has not registered again yet: the step stays open.
-  REQUIRE(WaitFor([&] { return store.Stats().bytes_in > before; }));
-  CHECK(store.step() == 2);
-  CHECK(pending.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
-  worker::PsClient w0(client_options(0, 3));
-  CHECK(w0.Register(specs).rank == ranks[0]);
-  auto out = Zeros(specs);
-  auto st0 = w0.PushPull(2, {torch::full({100}, 2.f)}, &out);
-  const worker::StepStats st1 = pending.get();
-  CHECK(st0.contributors == 2);
-  CHECK(st1.contributors == 2);
-  CHECK(out[0].eq(3.f).all().item<bool>());
-  CHECK(c.runner.store().step() == 3);
-}
-
 TEST_CASE("elect the best worker, who publishes the weights everyone pulls", "[server]") {
   Cluster c(Options(3));
   const auto specs = Specs({{50}});
-  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  std::vector<std::unique_ptr<worker::GrpcPsClient>> clients;
   for (int w = 0; w < 3; ++w) {  // in order: worker w gets rank w
-    clients.push_back(std::make_unique<worker::PsClient>(c.Client(w)));
+    clients.push_back(std::make_unique<worker::GrpcPsClient>(c.Client(w)));
     CHECK(clients[w]->Register(specs).rank == w);
   }
   std::vector<int> best(3, -1);
@@ -390,7 +236,7 @@ TEST_CASE("sync Push then Pull(step) returns the step's mean", "[server]") {
   std::vector<std::vector<int64_t>> server_step(2, std::vector<int64_t>(3, -1));
   std::vector<std::vector<torch::Tensor>> got(2, std::vector<torch::Tensor>(3));
   Cluster::Parallel(2, [&](int w) {
-    worker::PsClient client(c.Client(w));
+    worker::GrpcPsClient client(c.Client(w));
     client.Register(specs);
     auto params = Zeros(specs);
     client.InitOrPull(&params);
@@ -413,7 +259,7 @@ TEST_CASE("sync Push then Pull(step) returns the step's mean", "[server]") {
 TEST_CASE("a 50M-element model makes a full push and pull", "[server][slow]") {
   Cluster c(Options(1));
   const auto specs = Specs({{50'000'000}});
-  worker::PsClient client(c.Client(0));
+  worker::GrpcPsClient client(c.Client(0));
   client.Register(specs);
   std::vector<torch::Tensor> params = {torch::zeros({50'000'000})};
   client.InitOrPull(&params);

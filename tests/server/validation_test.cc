@@ -33,7 +33,7 @@ struct OneWorker {
     CHECK(torch::equal(out[1], g[1]));
   }
   Cluster c;
-  worker::PsClient client;
+  worker::GrpcPsClient client;
 };
 
 std::vector<compressors::KeyPayload> Good() {
@@ -52,7 +52,7 @@ TEST_CASE("model fingerprint mismatch: FAILED_PRECONDITION naming the first key"
   server::StoreOptions o;
   o.workers = 2;
   Cluster c(o);
-  worker::PsClient a(c.Client(0)), b(c.Client(1));
+  worker::GrpcPsClient a(c.Client(0)), b(c.Client(1));
   a.Register(kSpecs);
   auto other = kSpecs;
   other[1].shape = {11};
@@ -130,7 +130,7 @@ TEST_CASE("push from an older incarnation: rejected", "[validation]") {
   OneWorker w;
   auto newer = w.c.Client(0);
   newer.incarnation = 2;
-  worker::PsClient restarted(newer);
+  worker::GrpcPsClient restarted(newer);
   restarted.Register(kSpecs);
   auto out = Zeros(kSpecs);
   CHECK_THROWS_WITH(w.client.PushPull(0, {torch::ones({64, 32}), torch::ones({10})}, &out),
@@ -326,7 +326,7 @@ TEST_CASE("a refusal names its reason in the status details, not the server's fi
   // Through the worker's client: the Error it throws carries the reason.
   auto newer = w.c.Client(0);
   newer.incarnation = 2;
-  worker::PsClient restarted(newer);
+  worker::GrpcPsClient restarted(newer);
   restarted.Register(kSpecs);
   auto out = Zeros(kSpecs);
   Reason got = Reason::kUnspecified;

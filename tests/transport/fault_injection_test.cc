@@ -134,7 +134,7 @@ RunResult Run(int workers, int steps, const std::string& push, const FaultOption
     worker::ClientOptions o = cluster.Client(w, {}, push);
     o.faults = client;
     o.max_retries = 30;
-    worker::PsClient client(o);
+    worker::GrpcPsClient client(o);
     client.Register(specs);
     auto params = Zeros(specs);
     client.InitOrPull(&params);
@@ -156,7 +156,7 @@ RunResult Run(int workers, int steps, const std::string& push, const FaultOption
     faults[w] = client.faults_injected();
   });
   for (int w = 0; w < workers; ++w) {
-    CHECK(step_sums[w] <= retries[w]);  // StepStats::retries: the steps' share of them
+    CHECK(step_sums[w] <= retries[w]);  // StepMetrics::retries: the steps' share of them
     r.retries += retries[w];
     r.client_faults += faults[w];
   }
@@ -243,7 +243,7 @@ TEST_CASE("every call survives lost replies with the same answer", "[faults]") {
     worker::ClientOptions o = cluster.Client(w);
     o.faults = lossy;
     o.max_retries = 40;
-    worker::PsClient client(o);
+    worker::GrpcPsClient client(o);
     ranks[w] = client.Register(specs).rank;
     reranks[w] = client.Register(specs).rank;  // a second Register is the first's twin
     std::vector<torch::Tensor> params;
@@ -288,7 +288,7 @@ TEST_CASE("a fault that always fires ends the call after max_retries, clearly", 
   worker::ClientOptions o = cluster.Client(0);
   o.faults.drop = 1.0;
   o.max_retries = 2;
-  worker::PsClient client(o);
+  worker::GrpcPsClient client(o);
   std::string msg;
   try {
     client.Register(Specs({{4}}));
@@ -308,7 +308,7 @@ TEST_CASE("a fault that always fires ends the call after max_retries, clearly", 
   SecureCluster failing(so, {}, fail);
   worker::ClientOptions f = failing.Client(0);
   f.max_retries = 1;
-  CHECK(ErrorOf([&] { worker::PsClient(f).Register(Specs({{4}})); })
+  CHECK(ErrorOf([&] { worker::GrpcPsClient(f).Register(Specs({{4}})); })
             .find("failed after 2 attempts (server unavailable); last error: Register: injected "
                   "fault") != std::string::npos);
   CHECK(failing.runner.store().Stats().faults_injected == 2);

@@ -18,9 +18,9 @@ TEST_CASE("the server reuses its handler threads and Stop joins them all", "[tra
   so.workers = 2;
   so.worker_timeout_s = 60;
   SecureCluster cluster(so);
-  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  std::vector<std::unique_ptr<worker::GrpcPsClient>> clients;
   for (int w = 0; w < 2; ++w)
-    clients.push_back(std::make_unique<worker::PsClient>(cluster.Client(w)));
+    clients.push_back(std::make_unique<worker::GrpcPsClient>(cluster.Client(w)));
   auto steps = [&](int from, int to) {
     SecureCluster::Parallel(2, [&](int w) {
       for (int step = from; step < to; ++step) {

@@ -12,36 +12,11 @@
 #include "proto/gradpress.grpc.pb.h"
 #include "server/parameter_service.h"
 #include "tests/transport/harness.h"
+#include "tests/transport/pki.h"
 #include "tests/wait_for.h"
 
 namespace gradpress::testing {
 namespace {
-
-constexpr char kToken[] = "s3cret-token-0123456789";
-
-struct Secure {
-  TempDir dir;
-  std::string token_file = dir.File("token", std::string("  ") + kToken + "\n");
-  ScopedEnv no_env{transport::kTokenEnv, nullptr};
-
-  SecurityConfig Server(bool mutual = false, bool token = true) const {
-    const Pki& pki = Pki::Get();
-    SecurityConfig s;
-    s.tls = true;
-    s.cert = pki.server_cert;
-    s.key = pki.server_key;
-    if (mutual) s.client_ca = pki.ca;
-    if (token) s.token_file = token_file;
-    return s;
-  }
-  SecurityConfig Client(bool token = true) const {
-    SecurityConfig s;
-    s.tls = true;
-    s.ca = Pki::Get().ca;
-    if (token) s.token_file = token_file;
-    return s;
-  }
-};
 
 // Register, InitOrPull and `steps` PushPull steps of n workers; checks the means.
 void Train(SecureCluster& cluster, const std::vector<worker::ClientOptions>& clients,
@@ -50,7 +25,7 @@ void Train(SecureCluster& cluster, const std::vector<worker::ClientOptions>& cli
   const int n = static_cast<int>(clients.size());
   std::vector<std::vector<torch::Tensor>> got(n);
   SecureCluster::Parallel(n, [&](int w) {
-    worker::PsClient client(clients[w]);
+    worker::GrpcPsClient client(clients[w]);
     client.Register(specs);
     auto params = Zeros(specs);
     client.InitOrPull(&params);
@@ -158,7 +133,7 @@ TEST_CASE("TLS with a bearer token works end to end", "[security]") {
     worker::ClientOptions o = cluster.Client(0, sec.Client());
     o.server = "127.0.0.1:" + std::to_string(hb.port());
     o.heartbeat_s = 0.01;
-    worker::PsClient client(o);
+    worker::GrpcPsClient client(o);
     client.Register(Specs({{8, 4}, {3}}));  // the only call it makes: the rest are heartbeats
     CHECK(hb.WaitHeartbeats(3));
   }
@@ -174,7 +149,7 @@ TEST_CASE("$GRADPRESS_TOKEN overrides security.token_file", "[security]") {
   SecurityConfig c = sec.Client();
   c.token_file = sec.dir.File("other", "another-token");
   CHECK(ErrorOf([&] {
-          worker::PsClient(cluster.Client(0, c)).Register(Specs({{2}}));
+          worker::GrpcPsClient(cluster.Client(0, c)).Register(Specs({{2}}));
         }).find("bad bearer token") != std::string::npos);
   ScopedEnv env(transport::kTokenEnv, kToken);
   CHECK(transport::ResolveToken(c) == kToken);
@@ -185,14 +160,14 @@ TEST_CASE("calls without the token, or with a wrong one, are UNAUTHENTICATED", "
   Secure sec;
   SecureCluster cluster(Options(1), sec.Server());
   const std::string none = ErrorOf(
-      [&] { worker::PsClient(cluster.Client(0, sec.Client(false))).Register(Specs({{2}})); });
+      [&] { worker::GrpcPsClient(cluster.Client(0, sec.Client(false))).Register(Specs({{2}})); });
   INFO(none);
   CHECK(none.find("missing bearer token") != std::string::npos);
   CHECK(none.find("UNAUTHENTICATED") != std::string::npos);
   SecurityConfig wrong = sec.Client();
   wrong.token_file = sec.dir.File("wrong", std::string(kToken) + "x");
   const std::string bad =
-      ErrorOf([&] { worker::PsClient(cluster.Client(0, wrong)).Register(Specs({{2}})); });
+      ErrorOf([&] { worker::GrpcPsClient(cluster.Client(0, wrong)).Register(Specs({{2}})); });
   INFO(bad);
   CHECK(bad.find("bad bearer token") != std::string::npos);
   CHECK(cluster.runner.store().Stats().rejected.at("unauthenticated") == 2);
@@ -291,7 +266,7 @@ TEST_CASE("a worker that trusts the wrong CA fails with a clear TLS error", "[se
   c.ca = Pki::Get().wrong_ca;
   worker::ClientOptions o = cluster.Client(0, c);
   o.max_retries = 1;
-  const std::string msg = ErrorOf([&] { worker::PsClient(o).Register(Specs({{2}})); });
+  const std::string msg = ErrorOf([&] { worker::GrpcPsClient(o).Register(Specs({{2}})); });
   INFO(msg);
   CHECK(msg.find("Register to 127.0.0.1:") != std::string::npos);
   CHECK(msg.find("failed after 2 attempts") != std::string::npos);
@@ -304,7 +279,7 @@ TEST_CASE("a worker that trusts the wrong CA fails with a clear TLS error", "[se
   o = cluster.Client(0, named);
   o.max_retries = 0;
   CHECK(ErrorOf([&] {
-          worker::PsClient(o).Register(Specs({{2}}));
+          worker::GrpcPsClient(o).Register(Specs({{2}}));
         }).find("failed after 1 attempt") != std::string::npos);
   named.server_name = "localhost";
   Train(cluster, {cluster.Client(0, named)}, 1);
@@ -317,7 +292,7 @@ TEST_CASE("mutual TLS refuses clients without a certificate of its CA", "[securi
   SecurityConfig none = sec.Client();
   worker::ClientOptions o = cluster.Client(0, none);
   o.max_retries = 1;
-  std::string msg = ErrorOf([&] { worker::PsClient(o).Register(Specs({{2}})); });
+  std::string msg = ErrorOf([&] { worker::GrpcPsClient(o).Register(Specs({{2}})); });
   INFO(msg);
   CHECK(msg.find("failed after 2 attempts") != std::string::npos);
   SecurityConfig wrong = sec.Client();
@@ -325,7 +300,7 @@ TEST_CASE("mutual TLS refuses clients without a certificate of its CA", "[securi
   wrong.client_key = pki.wrong_client_key;
   o = cluster.Client(0, wrong);
   o.max_retries = 1;
-  msg = ErrorOf([&] { worker::PsClient(o).Register(Specs({{2}})); });
+  msg = ErrorOf([&] { worker::GrpcPsClient(o).Register(Specs({{2}})); });
   INFO(msg);
   CHECK(msg.find("failed after 2 attempts") != std::string::npos);
   SecurityConfig good = sec.Client();
@@ -353,60 +328,13 @@ TEST_CASE("a token without TLS is refused unless allow_plaintext_token", "[secur
   SecurityConfig client;
   client.token_file = sec.token_file;
   CHECK(ErrorOf([&] {
-          worker::PsClient p(cluster.Client(0, client));
+          worker::GrpcPsClient p(cluster.Client(0, client));
         }).find("allow_plaintext_token") != std::string::npos);
   client.allow_plaintext_token = true;
   Train(cluster, {cluster.Client(0, client)}, 2);
   CHECK(ErrorOf([&] {
-          worker::PsClient(cluster.Client(0)).Register(Specs({{2}}));
+          worker::GrpcPsClient(cluster.Client(0)).Register(Specs({{2}}));
         }).find("missing bearer token") != std::string::npos);
-}
-
-TEST_CASE("unreadable security files name the key and the path", "[security]") {
-  Secure sec;
-  auto server_error = [&](SecurityConfig c) {
-    return ErrorOf([&] { transport::LoadServerSecurity(c); });
-  };
-  auto client_error = [&](SecurityConfig c) {
-    return ErrorOf([&] { transport::LoadClientSecurity(c); });
-  };
-  SecurityConfig s = sec.Server();
-  s.cert = "/nonexistent/server.pem";
-  CHECK(server_error(s).find("security.cert: cannot read '/nonexistent/server.pem'") !=
-        std::string::npos);
-  s = sec.Server();
-  s.key = sec.dir.path();
-  CHECK(server_error(s).find("security.key: cannot read '" + sec.dir.path() +
-                             "': it is a directory") != std::string::npos);
-  s = sec.Server(/*mutual=*/true);
-  s.client_ca = "/nonexistent/ca.pem";
-  CHECK(server_error(s).find("security.client_ca: cannot read") != std::string::npos);
-  s = sec.Server();
-  s.token_file = "/nonexistent/token";
-  CHECK(server_error(s).find("security.token_file: cannot read '/nonexistent/token'") !=
-        std::string::npos);
-  s.token_file = sec.dir.File("blank", " \n");
-  CHECK(server_error(s).find("security.token_file") != std::string::npos);
-  SecurityConfig c = sec.Client();
-  c.ca = "/nonexistent/ca.pem";
-  CHECK(client_error(c).find("security.ca: cannot read '/nonexistent/ca.pem'") !=
-        std::string::npos);
-  c = sec.Client();
-  c.client_cert = "/nonexistent/c.pem";
-  c.client_key = Pki::Get().client_key;
-  CHECK(client_error(c).find("security.client_cert: cannot read") != std::string::npos);
-  // Through the config: the error names the key of the file that failed.
-  Config config = ParseConfig("security: {tls: true, cert: /no/cert.pem, key: /no/key.pem}");
-  CHECK(ErrorOf([&] { SecureCluster cluster(Options(1), config.security); }).find("security.") !=
-        std::string::npos);
-}
-
-TEST_CASE("ConstantTimeEquals compares whole strings", "[security]") {
-  CHECK(transport::ConstantTimeEquals("abc", "abc"));
-  CHECK_FALSE(transport::ConstantTimeEquals("abc", "abd"));
-  CHECK_FALSE(transport::ConstantTimeEquals("abc", "abcd"));
-  CHECK_FALSE(transport::ConstantTimeEquals("", "a"));
-  CHECK(transport::ConstantTimeEquals("", ""));
 }
 
 }  // namespace

@@ -16,7 +16,7 @@ void OneStep(const std::string& model_name) {
   opts.pull.then = std::make_shared<CodecSpec>(ParseCodecShorthand("qsgd levels=16"));
   Cluster c(opts);
   std::vector<std::vector<torch::Tensor>> after(2);
-  std::vector<worker::StepStats> st(2);
+  std::vector<worker::StepMetrics> st(2);
   std::vector<uint64_t> dense(2);    // the model's float32 bytes
   Cluster::Parallel(2, [&](int w) {  // records; the main thread asserts
     torch::manual_seed(w);           // different initial weights: the server's must win
@@ -30,7 +30,7 @@ void OneStep(const std::string& model_name) {
     auto o = c.Client(w, "topk ratio=0.01");
     o.push.then = std::make_shared<CodecSpec>(ParseCodecShorthand("qsgd levels=16"));
     o.push.error_feedback = true;
-    worker::PsClient client(o);
+    worker::GrpcPsClient client(o);
     client.Register(specs);
     {
       torch::NoGradGuard no_grad;

@@ -1,4 +1,4 @@
-// The pipelined step (sync.overlap, worker/bucket_exchange.h) against the serial step: the
+// The pipelined step (sync.overlap, worker/bucket_scheduler.h) against the serial step: the
 // same seeds give bit-identical weights after 20 steps for methods 1, 3, 4 and 5, with the
 // model split into several buckets that the server completes one by one.
 #include "common/config.h"
@@ -6,7 +6,7 @@
 #include "tests/catch_torch.h"
 #include "tests/server/cluster.h"
 #include "tests/worker/trainer/trainer_util.h"
-#include "worker/bucket_exchange.h"
+#include "worker/bucket_scheduler.h"
 #include "worker/data/sampler.h"
 #include "worker/data/transforms.h"
 #include "worker/trainer.h"
@@ -72,10 +72,10 @@ TEST_CASE("buckets: reverse parameter order, whole keys, about bucket_mb each", 
                                     torch::zeros({2000})};
   // From the last key: 2000+20 floats < 1 MiB... so keys 3-4 join key 2 (1.2 MB >= 1 MiB);
   // keys 0-1 are what is left.
-  CHECK(worker::BucketExchange::Split(params, 1.0) == std::vector<int>{2, 3});
-  CHECK(worker::BucketExchange::Split(params, 1e-6) == std::vector<int>{1, 1, 1, 1, 1});
-  CHECK(worker::BucketExchange::Split(params, 100.0) == std::vector<int>{5});
-  CHECK_THROWS_AS(worker::BucketExchange::Split(params, 0.0), InvalidArgument);
+  CHECK(worker::BucketScheduler::Split(params, 1.0) == std::vector<int>{2, 3});
+  CHECK(worker::BucketScheduler::Split(params, 1e-6) == std::vector<int>{1, 1, 1, 1, 1});
+  CHECK(worker::BucketScheduler::Split(params, 100.0) == std::vector<int>{5});
+  CHECK_THROWS_AS(worker::BucketScheduler::Split(params, 0.0), InvalidArgument);
 }
 
 uint64_t BytesUp(const RunResult& r) {

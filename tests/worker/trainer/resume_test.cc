@@ -17,7 +17,7 @@
 #include "tests/wait_for.h"
 #include "tests/worker/trainer/step_gate.h"
 #include "tests/worker/trainer/trainer_util.h"
-#include "worker/ps_client.h"
+#include "worker/grpc_ps_client.h"
 #include "worker/trainer.h"
 
 namespace gradpress::testing {
@@ -218,8 +218,8 @@ void CheckServerRestart(const std::string& method) {
   StepGate gate(kill_at);
   GatedWorkers workers(&gate, 2, [&](int r) {
     TrainerOptions o = TrainerOptionsFor(c, r, address, faulty.path, total);
-    o.make_client = [&](const worker::ClientOptions& co) {
-      return std::make_unique<GatedClient>(co, &gate);
+    o.make_client = [&](const worker::ClientOptions& co, worker::KeyCodecs* codecs) {
+      return std::make_unique<GatedClient>(co, codecs, &gate);
     };
     Trainer t(o);
     summaries[r] = t.Run();

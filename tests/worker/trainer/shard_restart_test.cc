@@ -75,16 +75,20 @@ class ResultHold {
 
 class LossyClient : public GatedClient {
  public:
-  LossyClient(const worker::ClientOptions& o, StepGate* gate, ResultHold* hold)
-      : GatedClient(o, gate), hold_(hold) {}
-  worker::StepStats PushPull(int64_t step, const std::vector<torch::Tensor>& grads,
-                             std::vector<torch::Tensor>* out, int64_t base_step) override {
-    worker::StepStats st = GatedClient::PushPull(step, grads, out, base_step);
-    if (!hold_ || step != kKillAt || options().shard != 1 || options().worker_id != "worker-0")
+  LossyClient(const worker::ClientOptions& o, worker::KeyCodecs* codecs, StepGate* gate,
+              ResultHold* hold)
+      : GatedClient(o, codecs, gate), hold_(hold) {}
+  using GatedClient::PushPull;
+  worker::StepMetrics PushPull(const worker::StepCall& call,
+                               const std::vector<torch::Tensor>& grads,
+                               std::vector<torch::Tensor>* out) override {
+    worker::StepMetrics st = GatedClient::PushPull(call, grads, out);
+    if (!hold_ || call.bucket >= 0 || !call.wait || call.step != kKillAt || options().shard != 1 ||
+        options().worker_id != "worker-0")
       return st;
     ResultHold* hold = std::exchange(hold_, nullptr);
     hold->Hold();
-    return GatedClient::PushPull(step, grads, out, base_step);  // the retry
+    return GatedClient::PushPull(call, grads, out);  // the retry
   }
 
  private:
@@ -114,8 +118,8 @@ JobResult RunJob(const Config& base, const std::string& run_dir, Fault fault) {
   ResultHold hold;
   GatedWorkers workers(&gate, 2, [&](int r) {
     TrainerOptions o = TrainerOptionsFor(c, r, "", run_dir, kTotal);
-    o.make_client = [&](const worker::ClientOptions& co) {
-      return std::make_unique<LossyClient>(co, &gate,
+    o.make_client = [&](const worker::ClientOptions& co, worker::KeyCodecs* codecs) {
+      return std::make_unique<LossyClient>(co, codecs, &gate,
                                            fault == Fault::kMidDelivery ? &hold : nullptr);
     };
     Trainer t(o);

@@ -1,4 +1,4 @@
-// Sharded servers (cluster.servers, worker/sharded_client.h): two workers against 1 and 2
+// Sharded servers (cluster.servers, worker/sharded_ps_client.h): two workers against 1 and 2
 // gradpress servers in process give the same weights for methods 1, 3 and 5 (same seeds), with
 // parts of cut tensors (cluster.partition_mb) as keys of their own; a shard refuses a worker
 // that names another shard or another placement.
@@ -11,7 +11,7 @@
 #include "tests/worker/trainer/trainer_util.h"
 #include "worker/data/sampler.h"
 #include "worker/data/transforms.h"
-#include "worker/sharded_client.h"
+#include "worker/sharded_ps_client.h"
 #include "worker/trainer.h"
 
 namespace gradpress::testing {
@@ -164,16 +164,16 @@ TEST_CASE("a shard refuses a worker for another shard or with another placement"
     return o;
   };
   {
-    worker::PsClient wrong_shard(options(0, 2, 7));
+    worker::GrpcPsClient wrong_shard(options(0, 2, 7));
     CHECK_THROWS_WITH(wrong_shard.Register(model), Catch::Contains("this server is shard 1 of 2"));
-    worker::PsClient wrong_count(options(1, 3, 7));
+    worker::GrpcPsClient wrong_count(options(1, 3, 7));
     CHECK_THROWS_WITH(wrong_count.Register(model), Catch::Contains("shard 1 of 3"));
   }
-  worker::PsClient first(options(1, 2, 7));
+  worker::GrpcPsClient first(options(1, 2, 7));
   first.Register(model);
   worker::ClientOptions o = options(1, 2, 8);
   o.worker_id = "worker-1";
-  worker::PsClient other(o);
+  worker::GrpcPsClient other(o);
   try {
     other.Register(model);
     FAIL("a different placement was accepted");
@@ -185,10 +185,10 @@ TEST_CASE("a shard refuses a worker for another shard or with another placement"
 
 TEST_CASE("the sharded client is used for several servers or a cut tensor", "[shards]") {
   const std::vector<torch::Tensor> small{torch::zeros({1000})}, big{torch::zeros({300000})};
-  CHECK_FALSE(worker::ShardedClient::Needed(small, 1, 1.0));
-  CHECK(worker::ShardedClient::Needed(small, 2, 1.0));
-  CHECK(worker::ShardedClient::Needed(big, 1, 1.0));  // 1.14 MiB > 1 MiB
-  CHECK_FALSE(worker::ShardedClient::Needed(big, 1, 0));
+  CHECK_FALSE(worker::ShardedPsClient::Needed(small, 1, 1.0));
+  CHECK(worker::ShardedPsClient::Needed(small, 2, 1.0));
+  CHECK(worker::ShardedPsClient::Needed(big, 1, 1.0));  // 1.14 MiB > 1 MiB
+  CHECK_FALSE(worker::ShardedPsClient::Needed(big, 1, 0));
 }
 
 }  // namespace gradpress::testing

@@ -13,7 +13,7 @@
 
 #include "tests/server/cluster.h"
 #include "tests/wait_for.h"
-#include "worker/ps_client.h"
+#include "worker/grpc_ps_client.h"
 
 namespace gradpress::testing {
 
@@ -25,7 +25,7 @@ class StepGate {
  public:
   explicit StepGate(int64_t at) : at_(at) {}
   // A worker's client calls this before each exchange.
-  void Pass(const std::string& worker, int64_t step, const worker::PsClient& client) {
+  void Pass(const std::string& worker, int64_t step, const worker::GrpcPsClient& client) {
     if (step != at_) return;
     std::unique_lock<std::mutex> lock(mu_);
     const std::string key = worker + "@" + client.options().server;
@@ -34,7 +34,7 @@ class StepGate {
     cv_.wait(lock, [&] { return open_; });
   }
   // A client going away (its Trainer ends).
-  void Forget(const worker::PsClient& client) {
+  void Forget(const worker::GrpcPsClient& client) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [name, a] : arrived_)
       if (a.client == &client) a.client = nullptr;
@@ -60,7 +60,7 @@ class StepGate {
 
  private:
   struct Arrival {
-    const worker::PsClient* client;
+    const worker::GrpcPsClient* client;
     uint64_t retries;  // at the gate
   };
   const int64_t at_;
@@ -71,26 +71,17 @@ class StepGate {
 };
 
 // The gRPC client, its exchanges passing the gate first.
-class GatedClient : public worker::PsClient {
+class GatedClient : public worker::GrpcPsClient {
  public:
-  GatedClient(const worker::ClientOptions& o, StepGate* gate) : PsClient(o), gate_(gate) {}
+  GatedClient(const worker::ClientOptions& o, worker::KeyCodecs* codecs, StepGate* gate)
+      : GrpcPsClient(o, codecs), gate_(gate) {}
   ~GatedClient() override { gate_->Forget(*this); }
-  worker::StepStats PushPull(int64_t step, const std::vector<torch::Tensor>& grads,
-                             std::vector<torch::Tensor>* out, int64_t base_step) override {
-    gate_->Pass(options().worker_id, step, *this);
-    return PsClient::PushPull(step, grads, out, base_step);
-  }
-  worker::StepStats PushPullBucket(int64_t step, int bucket,
-                                   const std::vector<torch::Tensor>& grads,
-                                   std::vector<torch::Tensor>* out,
-                                   worker::Uplink* upload) override {
-    gate_->Pass(options().worker_id, step, *this);
-    return PsClient::PushPullBucket(step, bucket, grads, out, upload);
-  }
-  worker::StepStats Push(int64_t step, const std::vector<torch::Tensor>& grads,
-                         int64_t base_step) override {
-    gate_->Pass(options().worker_id, step, *this);
-    return PsClient::Push(step, grads, base_step);
+  using GrpcPsClient::PushPull;
+  worker::StepMetrics PushPull(const worker::StepCall& call,
+                               const std::vector<torch::Tensor>& grads,
+                               std::vector<torch::Tensor>* out) override {
+    gate_->Pass(options().worker_id, call.step, *this);
+    return GrpcPsClient::PushPull(call, grads, out);
   }
 
  private:

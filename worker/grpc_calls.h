@@ -1,6 +1,7 @@
 #pragma once
-// PsClient's insides, shared by ps_client.cc (registration, the step RPCs) and
-// ps_client_state.cc (weights, elections, heartbeats, stats). Not part of the public API.
+// GrpcPsClient's insides: the channel and stubs, the background heartbeats, and one attempt's
+// context and retry loop, shared by grpc_ps_client.cc (the unary calls) and
+// grpc_tensor_calls.cc (the streamed calls that carry tensors). Not part of the public API.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
@@ -21,15 +22,14 @@
 #include "proto/gradpress.grpc.pb.h"
 #include "transport/fault_injection.h"
 #include "transport/security.h"
-#include "worker/ps_client.h"
-#include "worker/ps_client_wire.h"
+#include "worker/grpc_ps_client.h"
+#include "worker/grpc_wire.h"
 
 namespace gradpress::worker {
 
-using compressors::Compressor;
 using compressors::KeyPayload;
 
-struct PsClient::Impl {
+struct GrpcPsClient::Impl {
   ~Impl() { StopHeartbeats(); }
   void StopHeartbeats() {
     {
@@ -49,14 +49,10 @@ struct PsClient::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<proto::ParameterServer::Stub> stub;  // the unary methods
   std::unique_ptr<grpc::GenericStub> raw;              // the tensor methods (raw_client.h)
-  // Sharded servers: the last whole-model push that completed, its tensors copied, for a
-  // restarted shard that lost that step (ServerClient::RepushKept).
-  int64_t kept_step = -1;
-  std::vector<KeyPush> kept;
 };
 
 // A fresh context for one attempt: the deadline and the bearer token.
-inline void PrepareContext(const PsClient::Impl& impl, const ClientOptions& opt,
+inline void PrepareContext(const GrpcPsClient::Impl& impl, const ClientOptions& opt,
                            grpc::ClientContext* ctx) {
   ctx->set_deadline(std::chrono::system_clock::now() +
                     std::chrono::duration_cast<std::chrono::system_clock::duration>(
@@ -66,13 +62,13 @@ inline void PrepareContext(const PsClient::Impl& impl, const ClientOptions& opt,
 }
 
 // The error after the last attempt: the call, the attempts, the server, and for TLS a hint.
-std::string GaveUpMessage(const PsClient::Impl& impl, const ClientOptions& opt, const char* what,
-                          int attempts, const std::string& last);
+std::string GaveUpMessage(const GrpcPsClient::Impl& impl, const ClientOptions& opt,
+                          const char* what, int attempts, const std::string& last);
 
 // Runs `call` (one RPC attempt, fresh context each time) with retries on Unavailable, after
 // the injected faults of the attempt. *retries (if given) counts the retried attempts.
 template <typename Fn>
-auto WithRetry(PsClient::Impl& impl, const ClientOptions& opt, const char* what, Fn&& call,
+auto WithRetry(GrpcPsClient::Impl& impl, const ClientOptions& opt, const char* what, Fn&& call,
                int* retries = nullptr) -> decltype(call(nullptr)) {
   double backoff = opt.backoff_initial_s;
   for (int attempt = 0;; ++attempt) {

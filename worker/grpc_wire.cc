@@ -1,4 +1,4 @@
-#include "worker/ps_client_wire.h"
+#include "worker/grpc_wire.h"
 
 #include <algorithm>
 #include <cstring>
@@ -9,7 +9,7 @@
 #include "common/shape.h"
 #include "common/timer.h"
 #include "transport/wire.h"
-#include "worker/ps_client_internal.h"
+#include "worker/grpc_calls.h"
 
 namespace gradpress::worker {
 
@@ -42,10 +42,10 @@ grpc::ByteBuffer HeaderMessage(const ClientOptions& opt, int64_t step, int64_t b
   return transport::FrameHeader(msg.header());
 }
 
-ResultReader::ResultReader(ServerClient& client, std::vector<torch::Tensor>* out, size_t begin,
+ResultReader::ResultReader(KeyCodecs& codecs, std::vector<torch::Tensor>* out, size_t begin,
                            size_t end)
-    : client_(client),
-      model_(client.model()),
+    : codecs_(codecs),
+      model_(codecs.model()),
       out_(out),
       begin_(begin),
       end_(end),
@@ -75,7 +75,7 @@ void ResultReader::Chunk(transport::WireMessage* m) {
   GP_ENFORCE(i < end_, "server sent unknown key '", c.key(), "'");
   torch::Tensor& o = (*out_)[i];
   const uint64_t size = static_cast<uint64_t>(o.numel()) * sizeof(float);
-  const bool can = client_.Decoder(c.codec()).IsLossless() && o.device().is_cpu() &&
+  const bool can = codecs_.Decoder(c.codec()).IsLossless() && o.device().is_cpu() &&
                    o.scalar_type() == torch::kFloat32 && o.is_contiguous() &&
                    c.total_bytes() == size &&
                    std::vector<int64_t>(c.shape().begin(), c.shape().end()) == model_[i].shape;
@@ -107,17 +107,13 @@ double ResultReader::DecodeRest() {
     }
     GP_ENFORCE(r < rest.size() && rest[r].key == model_[i].key, "server sent no key '",
                model_[i].key, "'");
-    const compressors::Payload& p = rest[r++].payload;
-    bytes_ += p.bytes.size();
-    GP_ENFORCE(p.shape == model_[i].shape, "server sent key '", model_[i].key, "' with shape ",
-               ShapeToString(p.shape));
-    client_.DecodeTensor(p, &(*out_)[i]);
+    codecs_.Decode(i, rest[r++].payload, &(*out_)[i], &bytes_);
   }
   GP_ENFORCE(r == rest.size(), "server sent ", rest.size() - r, " extra keys");
   return t.ElapsedMs();
 }
 
-void FillFromHeader(const proto::PullHeader& h, double rpc_ms, StepStats* st) {
+void FillFromHeader(const proto::PullHeader& h, double rpc_ms, StepMetrics* st) {
   st->wait_ms = h.wait_ms();
   st->server_ms = h.server_ms();
   st->server_step = h.step();

@@ -1,8 +1,8 @@
 #pragma once
-// PsClient's side of the one wire path (transport/wire.h, transport/raw_client.h): pushes
-// framed straight from tensor memory or codec payloads, and reply streams read into the
-// output tensors. Shared by ps_client.cc (the step) and ps_client_state.cc (the weights).
-// Not part of the public API. Thread-safety: values; one per call.
+// GrpcPsClient's side of the one wire path (transport/wire.h, transport/raw_client.h):
+// pushes framed straight from tensor memory or codec payloads, and reply streams read into the
+// output tensors. Used by grpc_tensor_calls.cc. Not part of the public API.
+// Thread-safety: values; one per call.
 #include <grpcpp/support/byte_buffer.h>
 #include <torch/types.h>
 
@@ -17,18 +17,14 @@
 #include "transport/raw_client.h"
 #include "transport/status.h"
 #include "transport/wire.h"
-#include "worker/ps_client.h"
+#include "worker/client_options.h"
+#include "worker/key_codecs.h"
+#include "worker/step_metrics.h"
 
 namespace gradpress::worker {
 
-// One key's push: a codec payload, or (a lossless codec) the tensor itself, whose memory the
-// gRPC slices then refer to: no copy before the kernel's.
-struct KeyPush {
-  compressors::KeyPayload payload;  // codec, shape, dtype; bytes unless `raw` is defined
-  torch::Tensor raw;                // CPU float32 contiguous
-};
-
-// Writes every key's chunks; stops early (false) once the server has ended the call.
+// Writes every key's chunks (a raw tensor's memory referred to by the gRPC slices: no copy
+// before the kernel's); stops early (false) once the server has ended the call.
 bool WriteRawPush(transport::RawCall* call, const std::vector<KeyPush>& pushes);
 
 // The push stream's first message; rows: the dashboard's rows it carries.
@@ -41,8 +37,8 @@ grpc::ByteBuffer HeaderMessage(const ClientOptions& opt, int64_t step, int64_t b
 // are reassembled and decoded once the stream has ended (DecodeRest).
 class ResultReader {
  public:
-  // Expects the keys [begin, end) of the client's model (a bucket, or the whole model).
-  ResultReader(ServerClient& client, std::vector<torch::Tensor>* out, size_t begin, size_t end);
+  // Expects the keys [begin, end) of the codecs' model (a bucket, or the whole model).
+  ResultReader(KeyCodecs& codecs, std::vector<torch::Tensor>* out, size_t begin, size_t end);
   // False if the stream ended before its header (the call's status says why).
   bool Read(transport::RawCall* call);
   // Checks every key arrived whole and decodes the reassembled ones into out; decode ms.
@@ -53,7 +49,7 @@ class ResultReader {
  private:
   void Chunk(transport::WireMessage* m);
   static constexpr uint64_t kNotDirect = ~uint64_t{0};
-  ServerClient& client_;
+  KeyCodecs& codecs_;
   const std::vector<TensorSpec>& model_;
   std::vector<torch::Tensor>* out_;
   size_t begin_, end_;
@@ -87,6 +83,6 @@ Message ReadReply(transport::RawCall* call, const char* what) {
 }
 
 // Step statistics from a reply's header and the call's duration.
-void FillFromHeader(const proto::PullHeader& h, double rpc_ms, StepStats* st);
+void FillFromHeader(const proto::PullHeader& h, double rpc_ms, StepMetrics* st);
 
 }  // namespace gradpress::worker

@@ -1,23 +1,24 @@
 #pragma once
-// BucketExchange: the pipelined step of methods 1-5 (sync mode, sync.every 1). The model is
-// split into buckets of consecutive keys of about sync.bucket_mb each, formed in reverse
-// parameter order (the order backward produces gradients; a key larger than a bucket is a
-// bucket of its own). Each bucket is handed to a communication thread as soon as all of its
-// gradients exist -- from autograd hooks on the parameters while backward still runs
-// (sync.overlap) -- and exchanged with ServerClient::PushPullBucket: encoded, pushed, completed by
-// the server once every live worker pushed it, pulled and decoded into the caller's tensors,
-// while later buckets are still being produced and pushed. Codecs and their state stay per
-// key, so the split changes no codec's math: the weights are bit-identical to the serial step.
+// BucketScheduler: the pipelined step's buckets (methods 1-5, sync mode, sync.every 1; the
+// Exchange that drives it is pipelined_exchange.cc). The model is split into buckets of
+// consecutive keys of about sync.bucket_mb each, formed in reverse parameter order (the order
+// backward produces gradients; a key larger than a bucket is a bucket of its own). Each bucket
+// is handed to a communication thread as soon as all of its gradients exist -- from autograd
+// hooks on the parameters while backward still runs (sync.overlap) -- and exchanged with
+// PsClient::PushPull for that bucket: encoded, pushed, completed by the server once every live
+// worker pushed it, pulled and decoded into the caller's tensors, while later buckets are still
+// being produced and pushed. Codecs and their state stay per key, so the split changes no
+// codec's math: the weights are bit-identical to the serial step.
 // Priority (BytePS): of the buckets waiting for the uplink, the one nearest the model's input
-// goes first, so the first layers' results, which the next
-// forward needs first, are not queued behind later layers' (cross-barrier, exchange.h).
+// goes first, so the first layers' results, which the next forward needs first, are not
+// queued behind later layers' (cross-barrier, exchange.h).
 //
-//   auto split = BucketExchange::Split(params, config.sync.bucket_mb);   // keys per bucket
+//   auto split = BucketScheduler::Split(params, config.sync.bucket_mb);   // keys per bucket
 //   client.Register(specs, split);
-//   BucketExchange ex(&client, split, /*threads=*/3);
-//   ex.Begin(step, &out);                     // before backward
+//   BucketScheduler ex(&client, split, /*threads=*/3);
+//   ex.Begin(step, &out, lr);                 // before backward
 //   ... ex.Gradient(i, grad) from each parameter's hook (or after backward) ...
-//   StepStats s = ex.Finish(like);            // after backward: waits for every bucket
+//   StepMetrics s = ex.Finish(like);          // after backward: waits for every bucket
 //   // or: ex.Seal(like); ... ex.WaitBucket(b) as the next forward needs bucket b ...; ex.Wait();
 //
 // Finish sums the buckets' bytes and times (encode, decode, network and wait are summed over
@@ -33,41 +34,45 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
-#include "worker/server_client.h"
+#include "worker/ps_client.h"
 
 namespace gradpress::worker {
 
-class BucketExchange {
+class BucketScheduler {
  public:
   // Keys per bucket in model order for tensors `params` (model order), grouping from the last
   // key backwards until a bucket holds at least bucket_mb MiB of float32.
   static std::vector<int> Split(const std::vector<torch::Tensor>& params, double bucket_mb);
 
-  BucketExchange(ServerClient* client, const std::vector<int>& bucket_keys, int threads);
-  ~BucketExchange();
-  BucketExchange(const BucketExchange&) = delete;
-  BucketExchange& operator=(const BucketExchange&) = delete;
+  BucketScheduler(PsClient* client, const std::vector<int>& bucket_keys, int threads);
+  ~BucketScheduler();
+  BucketScheduler(const BucketScheduler&) = delete;
+  BucketScheduler& operator=(const BucketScheduler&) = delete;
 
   int buckets() const { return static_cast<int>(pending_init_.size()); }
   int bucket_of(size_t key) const { return bucket_of_.at(key); }
-  // Starts a step: the results will be written into `out` (the whole model, model order).
-  void Begin(int64_t step, std::vector<torch::Tensor>* out);
+  std::pair<size_t, size_t> keys(int bucket) const { return keys_.at(bucket); }  // [begin, end)
+  // Starts a step: the results will be written into `out` (the whole model, model order);
+  // lr: the server's SGD lr for the step (StepCall::lr).
+  void Begin(int64_t step, std::vector<torch::Tensor>* out, std::optional<double> lr);
   // Key i's gradient for this step (held, not copied: it must not change until Finish).
   // The bucket goes out once all of its keys have one.
   void Gradient(size_t key, const torch::Tensor& grad);
   // Waits for every bucket; keys that got no gradient are exchanged as zeros of `like`'s
   // shapes first. Returns the summed stats; exposed_ms is the wait here.
-  StepStats Finish(const std::vector<torch::Tensor>& like, double* exposed_ms = nullptr);
+  StepMetrics Finish(const std::vector<torch::Tensor>& like, double* exposed_ms = nullptr);
   // Finish in parts: Seal hands over the keys that got no gradient (zeros of like's shapes);
   // WaitBucket(b) returns once bucket b ended (false if it or an earlier one failed: Wait then
   // rethrows); Wait is the rest of Finish.
   void Seal(const std::vector<torch::Tensor>& like);
   bool WaitBucket(int bucket);
-  StepStats Wait(double* exposed_ms = nullptr);
+  StepMetrics Wait(double* exposed_ms = nullptr);
   bool active() const { return active_; }
 
  private:
@@ -79,13 +84,15 @@ class BucketExchange {
   std::set<int> uplink_waiting_;  // mu_
   bool uplink_busy_ = false;      // mu_
 
-  ServerClient* client_;
-  std::vector<int> bucket_of_;     // per key
-  std::vector<int> pending_init_;  // keys per bucket
-  std::vector<int> pending_;       // keys still missing per bucket, this step
+  PsClient* client_;
+  std::vector<int> bucket_of_;                   // per key
+  std::vector<std::pair<size_t, size_t>> keys_;  // per bucket: keys [begin, end)
+  std::vector<int> pending_init_;                // keys per bucket
+  std::vector<int> pending_;                     // keys still missing per bucket, this step
   std::vector<torch::Tensor> grads_;
   std::vector<torch::Tensor>* out_ = nullptr;
   int64_t step_ = 0;
+  std::optional<double> lr_;
   bool active_ = false;
 
   std::mutex mu_;
@@ -93,7 +100,7 @@ class BucketExchange {
   std::deque<int> queue_;       // buckets ready to go, in readiness order
   std::vector<char> ended_;     // per bucket, this step: exchanged (or given up after an error)
   int outstanding_ = 0;         // buckets queued or in flight
-  StepStats sum_;
+  StepMetrics sum_;
   std::exception_ptr error_;
   bool stop_ = false;
   std::vector<std::thread> threads_;

@@ -1,21 +1,22 @@
-// The pipelined exchange of methods 1-5 (exchange.h: "buckets"), with BytePS's cross-barrier.
+// The pipelined exchange of methods 1-5 (exchange.h: "pipelined"), with BytePS's cross-barrier:
+// the buckets run on a BucketScheduler (bucket_scheduler.h).
 #include <torch/torch.h>
 
 #include <optional>
 #include <unordered_map>
 
 #include "common/timer.h"
-#include "worker/bucket_exchange.h"
+#include "worker/bucket_scheduler.h"
 #include "worker/exchange.h"
-#include "worker/trainer.h"
 
 namespace gradpress::worker {
 namespace {
 
-class BucketsExchange : public Exchange {
+class PipelinedExchange : public Exchange {
  public:
-  BucketsExchange(ExchangeContext ctx, std::vector<int> split)
-      : Exchange(ctx),
+  PipelinedExchange(ExchangeContext ctx, std::vector<int> split)
+      : Exchange(ctx, {/*stats_keys=*/false, split, /*server_follows_lr=*/true, /*overlaps=*/true,
+                       /*defers=*/ctx.config->sync.cross_barrier}),
         split_(std::move(split)),
         weights_(ctx.config->sync.exchange == "weights"),
         cross_barrier_(ctx.config->sync.cross_barrier),
@@ -28,14 +29,10 @@ class BucketsExchange : public Exchange {
     settled_.assign(split_.size(), 1);
     if (!hooks_) return;
     for (size_t i = 0; i < ctx.params->size(); ++i) {
-      BucketExchange* ex = &buckets_;
+      BucketScheduler* ex = &buckets_;
       (*ctx.params)[i].register_hook([ex, i](const torch::Tensor& g) { ex->Gradient(i, g); });
     }
   }
-  std::vector<int> bucket_keys() const override { return split_; }
-  bool overlaps() const override { return true; }
-  bool defers() const override { return cross_barrier_; }
-  bool pending() const override { return pending_; }
   void Init() override {
     Drop();
     Exchange::Init();
@@ -44,24 +41,13 @@ class BucketsExchange : public Exchange {
     Drop();  // a step the server has forgotten (rejoin) is not applied
     return server_step;
   }
-  // The next step's lr waits until this step's results are applied and its pushes are out
-  // (the buckets read the server's lr as they go).
-  void SetLr(double lr) override {
-    next_lr_.reset();
-    if (pending_)
-      next_lr_ = lr;
-    else
-      Exchange::SetLr(lr);
-  }
   void Begin(int64_t step) override {
-    GP_ENFORCE(!pending_, "BucketsExchange::Begin while step results are pending: Settle first");
-    if (next_lr_) Exchange::SetLr(*next_lr_);
-    next_lr_.reset();
+    GP_ENFORCE(!pending_, "PipelinedExchange::Begin while step results are pending: Settle first");
     // Fresh aliases each step: restoring a checkpoint may give the parameters new storage.
     if (weights_) weights_out_ = Aliases();
-    buckets_.Begin(step, weights_ ? &weights_out_ : &received_);
+    buckets_.Begin(step, weights_ ? &weights_out_ : &received_, server_lr_);
   }
-  StepStats Finish(int64_t step, StepMetrics* m) override {
+  void Finish(int64_t step, StepMetrics* m) override {
     (void)step;
     auto& params = *ctx_.params;
     m->overlap = true;
@@ -69,16 +55,15 @@ class BucketsExchange : public Exchange {
       for (size_t i = params.size(); i-- > 0;) buckets_.Gradient(i, params[i].grad());
     }
     if (!cross_barrier_) {
-      StepStats st = buckets_.Finish(params, &m->exposed_comm_ms);
+      Merge(buckets_.Finish(params, &m->exposed_comm_ms), Concurrency::kSerial, m);
       // Weights were written into the parameters in place; gradients are applied here.
       if (!weights_) m->compute_ms += ApplyGradients(received_);
-      return st;
+      return;
     }
     buckets_.Seal(params);
     std::fill(settled_.begin(), settled_.end(), 0);
     done_ = SettledStep{};
     pending_ = true;
-    return {};
   }
   void GateLayer(const torch::nn::Module& layer) override {
     if (!pending_) return;
@@ -109,7 +94,7 @@ class BucketsExchange : public Exchange {
       buckets_.Wait();  // rethrows the failure once every bucket has ended
     }
     if (!weights_) {  // weights were written into the parameters in place
-      const auto [begin, end] = ctx_.client->BucketKeys(b);
+      const auto [begin, end] = buckets_.keys(b);
       done_.apply_ms += ApplyKeys(begin, end);
     }
     settled_[b] = 1;
@@ -130,7 +115,6 @@ class BucketsExchange : public Exchange {
     return t.ElapsedMs();
   }
   void Drop() {
-    next_lr_.reset();  // the caller sets the lr of where it goes on
     if (!pending_) return;
     pending_ = false;
     try {
@@ -144,19 +128,18 @@ class BucketsExchange : public Exchange {
   bool cross_barrier_;
   std::vector<torch::Tensor> received_;
   std::vector<torch::Tensor> weights_out_;  // weights: aliases of the parameters
-  BucketExchange buckets_;
+  BucketScheduler buckets_;
   bool hooks_;
   std::unordered_map<const c10::TensorImpl*, size_t> key_of_;  // parameter -> key
   bool pending_ = false;                                       // Finish ran, Settle did not
   std::vector<char> settled_;                                  // per bucket, the pending step
-  std::optional<double> next_lr_;                              // SetLr while pending
   SettledStep done_;
 };
 
 }  // namespace
 
-std::unique_ptr<Exchange> MakeBucketsExchange(ExchangeContext ctx, std::vector<int> split) {
-  return std::make_unique<BucketsExchange>(ctx, std::move(split));
+std::unique_ptr<Exchange> MakePipelinedExchange(ExchangeContext ctx, std::vector<int> split) {
+  return std::make_unique<PipelinedExchange>(ctx, std::move(split));
 }
 
 }  // namespace gradpress::worker

@@ -1,4 +1,5 @@
-#include "worker/sharded_client.h"
+// ShardedPsClient: a composite over one carrier per shard (sharded_ps_client.h).
+#include "worker/sharded_ps_client.h"
 
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
@@ -14,22 +15,6 @@
 
 namespace gradpress::worker {
 namespace {
-
-// Several shards' stats of one call: bytes, retries and CPU times add up; the calls ran at
-// once, so their wall times (network, wait, server) are the longest one's.
-void Merge(const StepStats& s, bool first, StepStats* into) {
-  into->bytes_up += s.bytes_up;
-  into->bytes_down += s.bytes_down;
-  into->encode_ms += s.encode_ms;
-  into->decode_ms += s.decode_ms;
-  into->network_ms = std::max(into->network_ms, s.network_ms);
-  into->wait_ms = std::max(into->wait_ms, s.wait_ms);
-  into->server_ms = std::max(into->server_ms, s.server_ms);
-  into->server_step = first ? s.server_step : std::min(into->server_step, s.server_step);
-  into->contributors = first ? s.contributors : std::min(into->contributors, s.contributors);
-  into->duplicate = first ? s.duplicate : into->duplicate && s.duplicate;
-  into->retries += s.retries;
-}
 
 // One bucket's uplink turn shared by its shards' calls: the first to take it takes the
 // caller's turn, the last to give it back gives it back.
@@ -51,34 +36,36 @@ class SharedTurn : public Uplink {
   int holders_ = 0;
 };
 
-// The stats of the shards in `which` (all if empty), merged.
-StepStats MergeAll(const std::vector<StepStats>& st, const std::vector<int>& which = {}) {
-  StepStats all;
+// The metrics of the shards in `which` (all if empty): calls that ran at once.
+StepMetrics MergeAll(const std::vector<StepMetrics>& st, const std::vector<int>& which = {}) {
+  StepMetrics all;
   if (which.empty()) {
-    for (size_t s = 0; s < st.size(); ++s) Merge(st[s], s == 0, &all);
+    for (size_t s = 0; s < st.size(); ++s) Merge(st[s], Concurrency::kParallel, &all, s == 0);
   } else {
-    for (size_t k = 0; k < which.size(); ++k) Merge(st[which[k]], k == 0, &all);
+    for (size_t k = 0; k < which.size(); ++k)
+      Merge(st[which[k]], Concurrency::kParallel, &all, k == 0);
   }
   return all;
 }
 
 }  // namespace
 
-ShardedClient::ShardedClient(ClientOptions options, std::vector<std::string> servers,
-                             double partition_mb, ShardFactory make_shard)
-    : ServerClient(std::move(options)),
+ShardedPsClient::ShardedPsClient(ClientOptions options, std::vector<std::string> servers,
+                                 double partition_mb, ShardFactory make_shard)
+    : opt_(std::move(options)),
       servers_(std::move(servers)),
       partition_mb_(partition_mb),
       make_shard_(std::move(make_shard)),
       threads_(std::make_unique<TaskThreads>()) {
   GP_ENFORCE(!servers_.empty(), "cluster.servers is empty");
-  GP_ENFORCE(make_shard_, "ShardedClient needs a shard factory");
+  GP_ENFORCE(make_shard_, "ShardedPsClient needs a shard factory");
+  KeyCodecs check(opt_);  // a bad push codec fails here, not at Register
 }
 
-ShardedClient::~ShardedClient() = default;
+ShardedPsClient::~ShardedPsClient() = default;
 
-bool ShardedClient::Needed(const std::vector<torch::Tensor>& params, size_t servers,
-                           double partition_mb) {
+bool ShardedPsClient::Needed(const std::vector<torch::Tensor>& params, size_t servers,
+                             double partition_mb) {
   if (servers > 1) return true;
   if (partition_mb <= 0) return false;
   for (const auto& p : params)
@@ -86,14 +73,21 @@ bool ShardedClient::Needed(const std::vector<torch::Tensor>& params, size_t serv
   return false;
 }
 
-RegisterInfo ShardedClient::Register(const std::vector<TensorSpec>& model,
-                                     const std::vector<int>& bucket_keys) {
+RegisterInfo ShardedPsClient::Register(const std::vector<TensorSpec>& model,
+                                       const std::vector<int>& bucket_keys, int64_t catch_up_step) {
   const int S = static_cast<int>(servers_.size());
   std::vector<transport::NamedSize> sizes;
   for (const auto& t : model)  // cut between rows: a part keeps the other dimensions
     sizes.push_back({t.key, NumelOf(t.shape), t.shape.size() > 1 ? t.shape[0] : 0});
   placement_ = transport::PlaceLargestFirst(sizes, S, partition_mb_);
-  const auto buckets = SplitBuckets(model, bucket_keys);
+  // The caller's buckets: keys [begin, end) each (one without a split).
+  std::vector<std::pair<size_t, size_t>> buckets;
+  size_t begin = 0;
+  for (int n : KeyCodecs::CheckSplit(model.size(), bucket_keys)) {
+    buckets.emplace_back(begin, begin + n);
+    begin += n;
+  }
+  if (buckets.empty()) buckets.emplace_back(0, model.size());
   // Each part's bucket: the bucket of its tensor.
   std::vector<int> bucket_of_tensor(model.size());
   for (size_t b = 0; b < buckets.size(); ++b)
@@ -121,21 +115,26 @@ RegisterInfo ShardedClient::Register(const std::vector<TensorSpec>& model,
     GP_ENFORCE(!specs[s].empty(), "cluster.servers: shard ", s, " (", servers_[s],
                ") would hold no part of the model; use at most as many servers as parts (",
                placement_.parts.size(), ")");
-  SetModel(model, buckets);  // the caller's view: whole tensors, its bucket split
+  model_ = model;
   shards_.clear();
+  codecs_.clear();
   for (int s = 0; s < S; ++s) {
     ClientOptions o = opt_;
     o.server = servers_[s];
     o.shard = s;
     o.shards = S;
     o.placement_hash = placement_.Hash();
-    shards_.push_back(make_shard_(o));
+    if (s > 0) o.rows = nullptr;  // the dashboard's rows go to shard 0
+    codecs_.push_back(std::make_unique<KeyCodecs>(o));
+    shards_.push_back(make_shard_(o, codecs_.back().get()));
   }
+  kept_.assign(S, {});
+  kept_step_.assign(S, -1);
   specs_ = std::move(specs);
   split_.assign(S, {});
   if (buckets.size() > 1) split_ = std::move(split);
   std::vector<RegisterInfo> infos(S);
-  ForShards([&](int s) { infos[s] = shards_[s]->Register(specs_[s], split_[s]); });
+  ForShards([&](int s) { infos[s] = shards_[s]->Register(specs_[s], split_[s], catch_up_step); });
   RegisterInfo info = infos[0];
   for (const auto& i : infos) {
     info.server_step = std::min(info.server_step, i.server_step);
@@ -144,24 +143,25 @@ RegisterInfo ShardedClient::Register(const std::vector<TensorSpec>& model,
   return info;
 }
 
-std::vector<torch::Tensor> ShardedClient::Views(int s, const std::vector<torch::Tensor>& ts) const {
+std::vector<torch::Tensor> ShardedPsClient::Views(int s,
+                                                  const std::vector<torch::Tensor>& ts) const {
   // Undefined tensors (the keys of other buckets) stay undefined; the shard's client checks
   // the shapes of the keys it uses.
-  GP_ENFORCE(ts.size() == model().size(), "sharded call: ", ts.size(), " tensors for a model of ",
-             model().size());
+  GP_ENFORCE(ts.size() == model_.size(), "sharded call: ", ts.size(), " tensors for a model of ",
+             model_.size());
   std::vector<torch::Tensor> out;
   for (size_t i : parts_of_[s]) {
     const transport::PlacedPart& part = placement_.parts[i];
     const torch::Tensor& t = ts[part.tensor];
     if (t.defined())
-      GP_ENFORCE(t.numel() == NumelOf(model()[part.tensor].shape), "sharded call: key '",
-                 model()[part.tensor].key, "' has ", t.numel(), " elements, registered ",
-                 ShapeToString(model()[part.tensor].shape));
+      GP_ENFORCE(t.numel() == NumelOf(model_[part.tensor].shape), "sharded call: key '",
+                 model_[part.tensor].key, "' has ", t.numel(), " elements, registered ",
+                 ShapeToString(model_[part.tensor].shape));
     if (!t.defined() || part.numel == t.numel()) {
       out.push_back(t);
     } else {
       GP_ENFORCE(t.is_contiguous(), "a cut tensor must be contiguous (key '",
-                 model()[part.tensor].key, "')");
+                 model_[part.tensor].key, "')");
       torch::Tensor flat = t.view({-1}).slice(0, part.offset, part.offset + part.numel);
       if (part.rows > 0) {  // the part's rows, other dimensions kept
         std::vector<int64_t> shape = t.sizes().vec();
@@ -174,7 +174,7 @@ std::vector<torch::Tensor> ShardedClient::Views(int s, const std::vector<torch::
   return out;
 }
 
-void ShardedClient::ForShards(const std::function<void(int)>& fn, const std::vector<int>& which) {
+void ShardedPsClient::ForShards(const std::function<void(int)>& fn, const std::vector<int>& which) {
   std::vector<int> shards = which;
   if (shards.empty())
     for (int s = 0; s < static_cast<int>(shards_.size()); ++s) shards.push_back(s);
@@ -184,7 +184,7 @@ void ShardedClient::ForShards(const std::function<void(int)>& fn, const std::vec
   threads_->ForEach(shards.size(), [&](size_t k) { fn(shards[k]); });
 }
 
-std::vector<int> ShardedClient::ShardsBehind() {
+std::vector<int> ShardedPsClient::ShardsBehind() {
   std::vector<char> is_lost(shards_.size());
   ForShards([&](int s) {
     try {
@@ -201,12 +201,12 @@ std::vector<int> ShardedClient::ShardsBehind() {
   return lost;
 }
 
-void ShardedClient::RejoinShards(const std::vector<int>& shards, int64_t step,
-                                 std::vector<torch::Tensor>* params) {
+void ShardedPsClient::RejoinShards(const std::vector<int>& shards, int64_t step,
+                                   std::vector<torch::Tensor>* params) {
   ForShards([&](int s) { CatchUp(s, step, *params); }, shards);
 }
 
-bool ShardedClient::InitOrPull(std::vector<torch::Tensor>* params) {
+bool ShardedPsClient::InitOrPull(std::vector<torch::Tensor>* params) {
   torch::NoGradGuard no_grad;
   std::vector<char> kept(shards_.size());
   ForShards([&](int s) {
@@ -216,18 +216,8 @@ bool ShardedClient::InitOrPull(std::vector<torch::Tensor>* params) {
   return kept[0];
 }
 
-StepStats ShardedClient::PushPull(int64_t step, const std::vector<torch::Tensor>& grads,
-                                  std::vector<torch::Tensor>* out, int64_t base_step) {
-  std::vector<StepStats> st(shards_.size());
-  ForShards([&](int s) {
-    std::vector<torch::Tensor> views = Views(s, *out);
-    st[s] = WithCatchUp(
-        s, step, [&] { return shards_[s]->PushPull(step, Views(s, grads), &views, base_step); });
-  });
-  return MergeAll(st);
-}
-
-StepStats ShardedClient::WithCatchUp(int s, int64_t step, const std::function<StepStats()>& fn) {
+StepMetrics ShardedPsClient::WithCatchUp(int s, int64_t step,
+                                         const std::function<StepMetrics()>& fn) {
   try {
     return fn();
   } catch (const Error& e) {
@@ -239,17 +229,9 @@ StepStats ShardedClient::WithCatchUp(int s, int64_t step, const std::function<St
   return fn();
 }
 
-void ShardedClient::CatchUp(int s, int64_t step, const std::vector<torch::Tensor>& weights) {
-  ServerClient& c = *shards_.at(s);
-  c.set_catch_up_step(step);
-  RegisterInfo info;
-  try {
-    info = c.Register(specs_[s], split_[s]);  // returns once every worker has asked
-  } catch (...) {
-    c.set_catch_up_step(0);
-    throw;
-  }
-  c.set_catch_up_step(0);
+void ShardedPsClient::CatchUp(int s, int64_t step, const std::vector<torch::Tensor>& weights) {
+  PsClient& c = *shards_.at(s);
+  const RegisterInfo info = c.Register(specs_[s], split_[s], step);  // once every worker asked
   torch::NoGradGuard no_grad;
   if (info.server_step == step) {
     std::vector<torch::Tensor> views = Views(s, weights);
@@ -266,44 +248,63 @@ void ShardedClient::CatchUp(int s, int64_t step, const std::vector<torch::Tensor
   // This worker completed step - 1 and another did not: the shard rebuilds it from both, this
   // worker's part being its kept push (the shard answered Register once a worker at step - 1
   // had given it the weights).
-  GP_REFUSE(FailedPrecondition, Reason::kBadRequest, c.RepushKept(step - 1), "shard ", s, " (",
-            servers_[s], ") lost step ", step - 1,
+  GP_REFUSE(FailedPrecondition, Reason::kBadRequest, kept_step_[s] == step - 1 && !kept_[s].empty(),
+            "shard ", s, " (", servers_[s], ") lost step ", step - 1,
             " and this worker keeps no push of it: stop the job and start every process with "
             "--resume auto");
+  std::vector<torch::Tensor> scratch;  // the result: this worker applied it already
+  for (const TensorSpec& t : specs_[s]) scratch.push_back(torch::zeros(t.shape));
+  StepCall again;
+  again.step = step - 1;
+  again.encoded = &kept_[s];
+  c.PushPull(again, scratch, &scratch);
   spdlog::warn(
       "{}: shard {} ({}) had lost this worker and step {}: registered again and pushed "
       "its step {} once more",
       opt_.worker_id, s, servers_[s], step - 1, step - 1);
 }
 
-StepStats ShardedClient::PushPullBucket(int64_t step, int bucket,
-                                        const std::vector<torch::Tensor>& grads,
-                                        std::vector<torch::Tensor>* out, Uplink* upload) {
-  BucketKeys(bucket);  // checks the index
-  std::vector<int> which;
+StepMetrics ShardedPsClient::PushPull(const StepCall& call, const std::vector<torch::Tensor>& grads,
+                                      std::vector<torch::Tensor>* out) {
+  GP_ENFORCE(!shards_.empty(), "PushPull: call Register first");
+  GP_ENFORCE(call.bucket < static_cast<int>(local_bucket_.size()), "bucket ", call.bucket,
+             " outside the ", local_bucket_.size(), " registered");
+  GP_ENFORCE(call.bucket >= 0 || local_bucket_.size() == 1, "the model is split into ",
+             local_bucket_.size(), " buckets: exchange them one bucket at a time");
+  std::vector<int> which;  // the shards holding a part of the call's keys
   for (int s = 0; s < static_cast<int>(shards_.size()); ++s)
-    if (local_bucket_[bucket][s] >= 0) which.push_back(s);
-  SharedTurn turn(upload);
-  std::vector<StepStats> st(shards_.size());
+    if (call.bucket < 0 || local_bucket_[call.bucket][s] >= 0) which.push_back(s);
+  // A whole-model push is kept per shard until the next one, for a shard that restarts
+  // behind this step (CatchUp).
+  const bool keep = call.bucket < 0 && call.wait && shards_.size() > 1;
+  SharedTurn turn(call.uplink);
+  std::vector<StepMetrics> st(shards_.size());
   ForShards(
       [&](int s) {
-        std::vector<torch::Tensor> views = Views(s, *out);
-        st[s] = shards_[s]->PushPullBucket(step, local_bucket_[bucket][s], Views(s, grads), &views,
-                                           upload ? &turn : nullptr);
+        StepCall c = call;
+        c.bucket = call.bucket < 0 ? -1 : local_bucket_[call.bucket][s];
+        c.uplink = call.uplink ? &turn : nullptr;
+        std::vector<KeyPush> kept;
+        c.keep = keep ? &kept : nullptr;
+        std::vector<torch::Tensor> views;
+        if (call.wait) views = Views(s, *out);
+        auto once = [&] {
+          return shards_[s]->PushPull(c, Views(s, grads), call.wait ? &views : nullptr);
+        };
+        // A bucket's call does not catch a shard up: the others' results of the step may be
+        // in the weights already; the Trainer rejoins (RejoinShards) instead.
+        st[s] = call.bucket < 0 ? WithCatchUp(s, call.step, once) : once();
+        if (keep) {
+          kept_[s] = std::move(kept);
+          kept_step_[s] = call.step;
+        }
       },
       which);
   return MergeAll(st, which);
 }
 
-StepStats ShardedClient::Push(int64_t step, const std::vector<torch::Tensor>& grads,
-                              int64_t base_step) {
-  std::vector<StepStats> st(shards_.size());
-  ForShards([&](int s) { st[s] = shards_[s]->Push(step, Views(s, grads), base_step); });
-  return MergeAll(st);
-}
-
-StepStats ShardedClient::Pull(std::vector<torch::Tensor>* out, int64_t step) {
-  std::vector<StepStats> st(shards_.size());
+StepMetrics ShardedPsClient::Pull(std::vector<torch::Tensor>* out, int64_t step) {
+  std::vector<StepMetrics> st(shards_.size());
   ForShards([&](int s) {
     std::vector<torch::Tensor> views = Views(s, *out);
     st[s] = shards_[s]->Pull(&views, step);
@@ -311,24 +312,24 @@ StepStats ShardedClient::Pull(std::vector<torch::Tensor>* out, int64_t step) {
   return MergeAll(st);
 }
 
-int64_t ShardedClient::Heartbeat() {
+int64_t ShardedPsClient::Heartbeat() {
   std::vector<int64_t> steps(shards_.size());
   ForShards([&](int s) { steps[s] = shards_[s]->Heartbeat(); });
   return *std::min_element(steps.begin(), steps.end());
 }
 
-std::pair<int, double> ShardedClient::Elect(int64_t round, double score) {
+std::pair<int, double> ShardedPsClient::Elect(int64_t round, double score) {
   // Method 6's vote lives on shard 0, in shard 0's ranks (Register returns those): each shard
   // numbers workers in its own registration order. The other shards take the winner's
   // published weights without an election of their own.
   return shards_.at(0)->Elect(round, score);
 }
 
-void ShardedClient::PublishWeights(int64_t round, const std::vector<torch::Tensor>& params) {
+void ShardedPsClient::PublishWeights(int64_t round, const std::vector<torch::Tensor>& params) {
   ForShards([&](int s) { shards_[s]->PublishWeights(round, Views(s, params)); });
 }
 
-void ShardedClient::PullWeights(std::vector<torch::Tensor>* params, int64_t min_version) {
+void ShardedPsClient::PullWeights(std::vector<torch::Tensor>* params, int64_t min_version) {
   torch::NoGradGuard no_grad;
   ForShards([&](int s) {
     std::vector<torch::Tensor> views = Views(s, *params);
@@ -336,18 +337,18 @@ void ShardedClient::PullWeights(std::vector<torch::Tensor>* params, int64_t min_
   });
 }
 
-std::string ShardedClient::StatsText() {
+std::string ShardedPsClient::StatsText() {
   std::string out;
   for (size_t s = 0; s < shards_.size(); ++s)
     out += "# shard " + std::to_string(s) + " (" + servers_[s] + ")\n" + shards_[s]->StatsText();
   return out;
 }
 
-std::string ShardedClient::SaveState() const {
+std::string ShardedPsClient::SaveState() const {
   std::string out;
   ByteWriter w(&out);
-  w.PutVarint(shards_.size());
-  for (const auto& c : shards_) {
+  w.PutVarint(codecs_.size());
+  for (const auto& c : codecs_) {
     const std::string state = c->SaveState();
     w.PutVarint(state.size());
     w.PutBytes(state.data(), state.size());
@@ -355,32 +356,27 @@ std::string ShardedClient::SaveState() const {
   return out;
 }
 
-void ShardedClient::LoadState(std::string_view state) {
+void ShardedPsClient::LoadState(std::string_view state) {
   ByteReader r(state, "sharded push codec state");
   const uint64_t n = r.GetVarint("shards");
-  GP_ENFORCE(n == shards_.size(), "push codec state is for ", n, " shards, this job has ",
-             shards_.size());
+  GP_ENFORCE(n == codecs_.size(), "push codec state is for ", n, " shards, this job has ",
+             codecs_.size());
   std::vector<std::string_view> states;
   for (uint64_t s = 0; s < n; ++s) {
     const uint64_t size = r.GetVarint("shard state size");
     states.push_back(r.GetBytes(size, "shard state"));
   }
-  for (size_t s = 0; s < n; ++s) shards_[s]->LoadState(states[s]);
+  for (size_t s = 0; s < n; ++s) codecs_[s]->LoadState(states[s]);
 }
 
-void ShardedClient::SetPushCodec(const CodecSpec& push) {
-  for (auto& c : shards_) c->SetPushCodec(push);
+void ShardedPsClient::SetPushCodec(const CodecSpec& push) {
+  for (auto& c : codecs_) c->SetPushCodec(push);
 }
 
-bool ShardedClient::SetPushDensity(double ratio) {
+bool ShardedPsClient::SetPushDensity(double ratio) {
   bool all = true;
-  for (auto& c : shards_) all = c->SetPushDensity(ratio) && all;
+  for (auto& c : codecs_) all = c->SetPushDensity(ratio) && all;
   return all;
-}
-
-void ShardedClient::set_server_lr(double lr) {
-  ServerClient::set_server_lr(lr);
-  for (auto& c : shards_) c->set_server_lr(lr);
 }
 
 }  // namespace gradpress::worker

@@ -1,4 +1,5 @@
-#include "worker/bucket_exchange.h"
+// BucketScheduler: the pipelined step's buckets on their threads (bucket_scheduler.h).
+#include "worker/bucket_scheduler.h"
 
 #include <torch/torch.h>
 
@@ -9,7 +10,8 @@
 
 namespace gradpress::worker {
 
-std::vector<int> BucketExchange::Split(const std::vector<torch::Tensor>& params, double bucket_mb) {
+std::vector<int> BucketScheduler::Split(const std::vector<torch::Tensor>& params,
+                                        double bucket_mb) {
   GP_ENFORCE(bucket_mb > 0, "sync.bucket_mb must be > 0, got ", bucket_mb);
   const double limit = bucket_mb * (1 << 20);
   std::vector<int> reversed;  // from the last key
@@ -28,9 +30,9 @@ std::vector<int> BucketExchange::Split(const std::vector<torch::Tensor>& params,
   return {reversed.rbegin(), reversed.rend()};
 }
 
-class BucketExchange::Turn : public Uplink {
+class BucketScheduler::Turn : public Uplink {
  public:
-  Turn(BucketExchange* ex, int bucket) : ex_(ex), bucket_(bucket) {}
+  Turn(BucketScheduler* ex, int bucket) : ex_(ex), bucket_(bucket) {}
   void Acquire() override {
     std::unique_lock<std::mutex> lock(ex_->mu_);
     ex_->uplink_waiting_.insert(bucket_);
@@ -49,23 +51,24 @@ class BucketExchange::Turn : public Uplink {
   }
 
  private:
-  BucketExchange* ex_;
+  BucketScheduler* ex_;
   int bucket_;
   bool held_ = false;
 };
 
-BucketExchange::BucketExchange(ServerClient* client, const std::vector<int>& bucket_keys,
-                               int threads)
+BucketScheduler::BucketScheduler(PsClient* client, const std::vector<int>& bucket_keys, int threads)
     : client_(client), pending_init_(bucket_keys) {
-  GP_ENFORCE(!bucket_keys.empty(), "BucketExchange needs at least one bucket");
-  for (size_t b = 0; b < bucket_keys.size(); ++b)
+  GP_ENFORCE(!bucket_keys.empty(), "BucketScheduler needs at least one bucket");
+  for (size_t b = 0; b < bucket_keys.size(); ++b) {
+    keys_.emplace_back(bucket_of_.size(), bucket_of_.size() + bucket_keys[b]);
     for (int k = 0; k < bucket_keys[b]; ++k) bucket_of_.push_back(static_cast<int>(b));
+  }
   grads_.resize(bucket_of_.size());
   ended_.assign(bucket_keys.size(), 0);
   for (int t = 0; t < std::max(1, threads); ++t) threads_.emplace_back([this] { Run(); });
 }
 
-BucketExchange::~BucketExchange() {
+BucketScheduler::~BucketScheduler() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     queue_.clear();
@@ -76,41 +79,43 @@ BucketExchange::~BucketExchange() {
   for (auto& t : threads_) t.join();
 }
 
-void BucketExchange::Begin(int64_t step, std::vector<torch::Tensor>* out) {
+void BucketScheduler::Begin(int64_t step, std::vector<torch::Tensor>* out,
+                            std::optional<double> lr) {
   std::lock_guard<std::mutex> lock(mu_);
-  GP_ENFORCE(outstanding_ == 0, "BucketExchange::Begin while a step is in flight");
+  GP_ENFORCE(outstanding_ == 0, "BucketScheduler::Begin while a step is in flight");
   step_ = step;
+  lr_ = lr;
   out_ = out;
   pending_ = pending_init_;
   std::fill(ended_.begin(), ended_.end(), 0);
   for (auto& g : grads_) g = torch::Tensor();
-  sum_ = StepStats{};
+  sum_ = StepMetrics{};
   error_ = nullptr;
   active_ = true;
 }
 
-void BucketExchange::Gradient(size_t key, const torch::Tensor& grad) {
+void BucketScheduler::Gradient(size_t key, const torch::Tensor& grad) {
   if (!active_) return;  // a backward outside a step (evaluation probes): not ours
-  GP_ENFORCE(key < grads_.size(), "BucketExchange: key ", key, " outside the model");
+  GP_ENFORCE(key < grads_.size(), "BucketScheduler: key ", key, " outside the model");
   std::lock_guard<std::mutex> lock(mu_);
   if (grads_[key].defined()) return;  // a second contribution would change a sent gradient
   grads_[key] = grad;
   if (--pending_[bucket_of_[key]] == 0) Enqueue(bucket_of_[key]);
 }
 
-void BucketExchange::Enqueue(int bucket) {
+void BucketScheduler::Enqueue(int bucket) {
   queue_.push_back(bucket);
   ++outstanding_;
   cv_.notify_all();
 }
 
-StepStats BucketExchange::Finish(const std::vector<torch::Tensor>& like, double* exposed_ms) {
+StepMetrics BucketScheduler::Finish(const std::vector<torch::Tensor>& like, double* exposed_ms) {
   Seal(like);
   return Wait(exposed_ms);
 }
 
-void BucketExchange::Seal(const std::vector<torch::Tensor>& like) {
-  GP_ENFORCE(active_, "BucketExchange::Seal without Begin");
+void BucketScheduler::Seal(const std::vector<torch::Tensor>& like) {
+  GP_ENFORCE(active_, "BucketScheduler::Seal without Begin");
   std::lock_guard<std::mutex> lock(mu_);
   // Keys without a gradient (unused parameters): zeros, in reverse order like backward.
   for (size_t i = grads_.size(); i-- > 0;) {
@@ -120,16 +125,16 @@ void BucketExchange::Seal(const std::vector<torch::Tensor>& like) {
   }
 }
 
-bool BucketExchange::WaitBucket(int bucket) {
-  GP_ENFORCE(active_ && bucket >= 0 && bucket < buckets(), "BucketExchange::WaitBucket(", bucket,
+bool BucketScheduler::WaitBucket(int bucket) {
+  GP_ENFORCE(active_ && bucket >= 0 && bucket < buckets(), "BucketScheduler::WaitBucket(", bucket,
              ") outside a step");
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return ended_[bucket] || error_ != nullptr; });
   return error_ == nullptr;
 }
 
-StepStats BucketExchange::Wait(double* exposed_ms) {
-  GP_ENFORCE(active_, "BucketExchange::Wait without Begin");
+StepMetrics BucketScheduler::Wait(double* exposed_ms) {
+  GP_ENFORCE(active_, "BucketScheduler::Wait without Begin");
   Timer waited;
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return outstanding_ == 0; });
@@ -140,7 +145,7 @@ StepStats BucketExchange::Wait(double* exposed_ms) {
   return sum_;
 }
 
-void BucketExchange::Run() {
+void BucketScheduler::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
@@ -150,20 +155,24 @@ void BucketExchange::Run() {
     // them (in a priority order per worker, more threads than buckets could wait forever).
     const int bucket = queue_.front();
     queue_.pop_front();
-    const int64_t step = step_;
+    StepCall call;
+    call.step = step_;
+    call.bucket = bucket;
+    call.lr = lr_;
     std::vector<torch::Tensor>* out = out_;
     // The bucket's gradients (the training thread goes on filling other keys of grads_).
-    const auto [begin, end] = client_->BucketKeys(bucket);
+    const auto [begin, end] = keys_[bucket];
     std::vector<torch::Tensor> grads(grads_.size());
     for (size_t i = begin; i < end; ++i) grads[i] = grads_[i];
     const bool failed = error_ != nullptr;
     Turn turn(this, bucket);
     lock.unlock();
-    StepStats st;
+    StepMetrics st;
     std::exception_ptr error;
     if (!failed) {  // after a failure the others are not sent: Finish rethrows it
       try {
-        st = client_->PushPullBucket(step, bucket, grads, out, &turn);
+        call.uplink = &turn;
+        st = client_->PushPull(call, grads, out);
       } catch (...) {
         error = std::current_exception();
       }
@@ -172,16 +181,7 @@ void BucketExchange::Run() {
     lock.lock();
     ended_[bucket] = 1;
     if (error && !error_) error_ = error;
-    sum_.bytes_up += st.bytes_up;
-    sum_.bytes_down += st.bytes_down;
-    sum_.encode_ms += st.encode_ms;
-    sum_.decode_ms += st.decode_ms;
-    sum_.network_ms += st.network_ms;
-    sum_.wait_ms += st.wait_ms;
-    sum_.server_ms += st.server_ms;
-    sum_.server_step = std::max(sum_.server_step, st.server_step);
-    sum_.contributors = std::max(sum_.contributors, st.contributors);
-    sum_.retries += st.retries;
+    Merge(st, Concurrency::kSerial, &sum_);
     --outstanding_;
     cv_.notify_all();
   }
