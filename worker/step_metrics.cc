@@ -26,6 +26,7 @@ const std::vector<MetricField>& ReportedFields() {
       GP_METRIC(decode_ms, false, false, kMean),
       GP_METRIC(network_ms, false, false, kMean),
       GP_METRIC(wait_ms, false, false, kMean),
+      GP_METRIC(server_ms, false, false, kMean),
       GP_METRIC(exposed_comm_ms, false, false, kMean),
       GP_METRIC(step_ms, false, false, kMean),
       GP_METRIC(retries, true, true, kTotal),
