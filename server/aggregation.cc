@@ -100,8 +100,10 @@ Aggregation::Closing Aggregation::Close(Lane& lane) {
   if (lane.results.size() == 1 && lane.results.front().use_count() == 1) {
     for (auto& kp : std::const_pointer_cast<StepResult>(lane.results.front())->payloads)
       c.spare.push_back(std::move(kp.payload.bytes));
-    lane.results.clear();
+  } else if (!lane.results.empty()) {
+    c.previous = lane.results.back();
   }
+  lane.results.clear();  // only the newest is kept: the one being made
   lane.finalizing = true;
   return c;
 }
@@ -109,6 +111,7 @@ Aggregation::Closing Aggregation::Close(Lane& lane) {
 std::shared_ptr<StepResult> Aggregation::Compute(const Lane& lane, Closing* c, ModelState* model,
                                                  const StoreOptions& opt, ThreadPool* pool) {
   Timer t;
+  c->previous.reset();  // its pages freed here, if this was the last holder
   ModelState& m = *model;
   // Mean of the pushes received; exchange=weights then steps the optimizer on it. A mean
   // sent uncompressed is scaled while Encode copies it; the others are scaled in place.
@@ -159,8 +162,7 @@ void Aggregation::Publish(Lane& lane, const Closing& c, const std::shared_ptr<St
   lane.accum_holders = 0;  // the next step's first push overwrites the accumulator
   result->contributors = c.contributors;
   result->server_ms = c.compute_ms + c.apply_ms / c.contributors;
-  lane.results.push_back(result);
-  while (lane.results.size() > 1) lane.results.pop_front();  // the barrier orders steps
+  lane.results.push_back(result);  // the only one: Close took the previous out
   ++lane.step;
   lane.pushed.clear();
   lane.contributors = 0;

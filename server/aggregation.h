@@ -101,10 +101,12 @@ class Aggregation {
     double apply_ms = 0;             // the pushes' validate + land, summed
     std::optional<double> lr;        // the learning rate the pushes asked for
     std::vector<std::string> spare;  // the previous result's buffers, for Encode
-    double compute_ms = 0;           // set by Compute
+    // The previous result while a pull still holds it: let go by Compute, without the lock.
+    std::shared_ptr<const StepResult> previous;
+    double compute_ms = 0;  // set by Compute
   };
-  // Begins the finalize of a Ready lane: lane.finalizing; the previous result's buffers are
-  // taken for reuse unless someone still holds that result.
+  // Begins the finalize of a Ready lane: lane.finalizing; the previous result leaves the
+  // lane, its buffers taken for reuse unless someone still holds it.
   static Closing Close(Lane& lane);
   // The mean, SGD or shadow step and the pull encoding of the lane's keys; touches nothing
   // of the lane but its key range, so it runs without the store's lock.

@@ -142,8 +142,10 @@ std::shared_ptr<const StepResult> ModelState::AsyncWeights(int64_t step) const {
   return weights_result_ && weights_result_->step == step ? weights_result_ : nullptr;
 }
 
-void ModelState::KeepAsyncWeights(std::shared_ptr<const StepResult> r) {
-  weights_result_ = std::move(r);
+std::shared_ptr<const StepResult> ModelState::KeepAsyncWeights(
+    std::shared_ptr<const StepResult> r) {
+  std::swap(weights_result_, r);
+  return r;
 }
 
 std::shared_ptr<StepResult> ModelState::Encode(int64_t step, bool weights, bool lossless,

@@ -78,7 +78,8 @@ class ModelState {
   // Async: the weights of `step` with the pull codec, encoded once per server step (Encode,
   // by the step's writer) and kept here; null if those kept are of another step.
   std::shared_ptr<const StepResult> AsyncWeights(int64_t step) const;
-  void KeepAsyncWeights(std::shared_ptr<const StepResult> r);
+  // Keeps r; returns the weights kept before (for the caller to free without the lock).
+  std::shared_ptr<const StepResult> KeepAsyncWeights(std::shared_ptr<const StepResult> r);
   // Index of the first NaN or Inf in x[0, n), or -1.
   static int64_t FirstNonFinite(const float* x, int64_t n);
   // Key i's pull codec sends the float32 values themselves (Compressor::IsLossless).

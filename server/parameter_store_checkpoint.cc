@@ -130,7 +130,7 @@ std::string StoreState::WriteCheckpointLocked(std::unique_lock<std::mutex>* lock
   Unlocked(lock, [&] { model_.Save(&c); });
   AwaitCheckpointTurn(lock);  // still holding the keys: files go out in step order
   hold.Release();
-  return WriteCheckpointFile(lock, c);
+  return WriteCheckpointFile(lock, std::move(c));
 }
 
 void StoreState::AwaitCheckpointTurn(std::unique_lock<std::mutex>* lock) {
@@ -138,8 +138,7 @@ void StoreState::AwaitCheckpointTurn(std::unique_lock<std::mutex>* lock) {
   checkpoint_writing_ = true;
 }
 
-std::string StoreState::WriteCheckpointFile(std::unique_lock<std::mutex>* lock,
-                                            const Checkpoint& c) {
+std::string StoreState::WriteCheckpointFile(std::unique_lock<std::mutex>* lock, Checkpoint c) {
   struct Done {  // the next file's turn
     StoreState* s;
     ~Done() {
@@ -147,10 +146,13 @@ std::string StoreState::WriteCheckpointFile(std::unique_lock<std::mutex>* lock,
       s->step_cv_.notify_all();
     }
   } done{this};
-  if (last_checkpoint_step_ >= c.step) return "";  // this step's was written meanwhile
+  const bool written = last_checkpoint_step_ >= c.step;  // this step's, meanwhile
   std::string path;
-  Unlocked(lock,
-           [&] { path = gradpress::SaveCheckpoint(opt_.checkpoint_dir, c, opt_.checkpoint_keep); });
+  Unlocked(lock, [&] {
+    if (!written) path = gradpress::SaveCheckpoint(opt_.checkpoint_dir, c, opt_.checkpoint_keep);
+    Checkpoint().sections.swap(c.sections);  // its copy of the keys freed without mu_
+  });
+  if (written) return "";
   last_checkpoint_step_ = c.step;
   spdlog::info("checkpoint of step {} written to {}", c.step, path);
   return path;

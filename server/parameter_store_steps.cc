@@ -20,6 +20,7 @@ namespace gradpress::server {
 using compressors::Payload;
 
 PushPullResult StoreState::AsyncPush(PushState& st) {
+  std::shared_ptr<const StepResult> previous;  // freed after the lock is released
   std::unique_lock<std::mutex> lock(mu_);
   agg_.lanes().front()->in_flight.erase(st.w.name);  // async: one lane
   // One step at a time, and no checkpoint copy meanwhile; the other calls go on.
@@ -64,7 +65,7 @@ PushPullResult StoreState::AsyncPush(PushState& st) {
   step_ = next;
   agg_.SetStep(step_);
   ++stats_.steps;
-  model_.KeepAsyncWeights(weights);
+  previous = model_.KeepAsyncWeights(weights);
   const double ms = t.ElapsedMs();
   total_server_ms_ += ms;
   step_cv_.notify_all();
@@ -72,7 +73,7 @@ PushPullResult StoreState::AsyncPush(PushState& st) {
   hold.Release();
   if (ckpt) {
     try {
-      WriteCheckpointFile(&lock, *ckpt);
+      WriteCheckpointFile(&lock, std::move(*ckpt));
     } catch (const Error& e) {  // a full disk must not stop training
       spdlog::error("checkpoint of step {} failed: {}", ckpt->step, e.what());
     }
@@ -82,6 +83,7 @@ PushPullResult StoreState::AsyncPush(PushState& st) {
 
 std::shared_ptr<const StepResult> StoreState::AsyncResult(std::unique_lock<std::mutex>* lock) {
   if (auto r = model_.AsyncWeights(step_)) return r;
+  std::shared_ptr<const StepResult> previous;
   KeyHold hold(&holds_, lock, &step_cv_, KeyHolds::kWrite);  // the encode steps the pull codec
   const int64_t step = step_;
   if (auto r = model_.AsyncWeights(step)) return r;  // encoded while this call waited
@@ -89,7 +91,8 @@ std::shared_ptr<const StepResult> StoreState::AsyncResult(std::unique_lock<std::
   Unlocked(lock, [&] {
     r = model_.Encode(step, /*weights=*/true, false, 0, model_.size(), 1.f, nullptr);
   });
-  model_.KeepAsyncWeights(r);
+  previous = model_.KeepAsyncWeights(r);
+  Unlocked(lock, [&] { previous.reset(); });  // the older weights' pages, without mu_
   return r;
 }
 

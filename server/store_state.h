@@ -74,10 +74,10 @@ struct StoreState {
   Checkpoint CheckpointMeta(int64_t step) const;
   // One checkpoint file at a time, in step order: AwaitCheckpointTurn (still holding the
   // keys that were copied, so a later checkpoint cannot overtake), then WriteCheckpointFile
-  // writes c with mu_ released and gives the turn on. Returns the path ("" if c's step was
-  // written already).
+  // writes c and frees it with mu_ released, and gives the turn on. Returns the path ("" if
+  // c's step was written already).
   void AwaitCheckpointTurn(std::unique_lock<std::mutex>* lock);
-  std::string WriteCheckpointFile(std::unique_lock<std::mutex>* lock, const Checkpoint& c);
+  std::string WriteCheckpointFile(std::unique_lock<std::mutex>* lock, Checkpoint c);
 
   // Where a streamed push lands (parameter_store_landing.cc). Sync: the accumulator itself for
   // the lane's first push of a step (TryOwn); a later push's sparse keys are added into it
