@@ -32,6 +32,15 @@ inline std::vector<torch::Tensor> Zeros(const std::vector<TensorSpec>& specs) {
   return t;
 }
 
+// A store for n workers as the end-to-end tests run it: 2 threads, workers dropped after 30 s.
+inline server::StoreOptions TestStoreOptions(int workers) {
+  server::StoreOptions o;
+  o.workers = workers;
+  o.threads = 2;
+  o.worker_timeout_s = 30;
+  return o;
+}
+
 struct Cluster {
   explicit Cluster(server::StoreOptions opts, double deadline_s = 30)
       : runner(std::move(opts), deadline_s) {

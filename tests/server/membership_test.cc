@@ -11,16 +11,8 @@
 namespace gradpress::testing {
 namespace {
 
-server::StoreOptions Options(int workers) {
-  server::StoreOptions o;
-  o.workers = workers;
-  o.threads = 2;
-  o.worker_timeout_s = 30;
-  return o;
-}
-
 TEST_CASE("a worker that stops pushing does not deadlock the barrier", "[server]") {
-  auto opts = Options(2);
+  auto opts = TestStoreOptions(2);
   opts.worker_timeout_s = 0.5;
   Cluster c(opts);
   const auto specs = Specs({{100}});
@@ -52,7 +44,7 @@ TEST_CASE("a worker that stops pushing does not deadlock the barrier", "[server]
 }
 
 TEST_CASE("heartbeats keep a worker that is busy elsewhere in the barrier", "[server]") {
-  auto opts = Options(2);
+  auto opts = TestStoreOptions(2);
   opts.worker_timeout_s = 0.4;
   Cluster c(opts);
   const auto specs = Specs({{100}});
@@ -87,7 +79,7 @@ TEST_CASE("heartbeats keep a worker that is busy elsewhere in the barrier", "[se
 }
 
 TEST_CASE("step 0 waits for every expected worker to register", "[server]") {
-  Cluster c(Options(2));
+  Cluster c(TestStoreOptions(2));
   const auto specs = Specs({{100}});
   worker::GrpcPsClient early(c.Client(0));
   early.Register(specs);
@@ -124,7 +116,7 @@ TEST_CASE("a restored server keeps its members: they register again with their r
   Checkpoint ckpt;
   std::vector<int> ranks(2);
   {
-    Cluster c(Options(2));
+    Cluster c(TestStoreOptions(2));
     Cluster::Parallel(2, [&](int w) {
       auto o = c.Client(w);
       o.incarnation = 3;
@@ -137,7 +129,7 @@ TEST_CASE("a restored server keeps its members: they register again with their r
     });
     ckpt = c.runner.store().SaveCheckpoint();
   }
-  Cluster c(Options(2));
+  Cluster c(TestStoreOptions(2));
   c.runner.store().RestoreCheckpoint(ckpt);
   auto client_options = [&](int w, uint64_t incarnation) {
     auto o = c.Client(w);

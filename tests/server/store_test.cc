@@ -11,14 +11,6 @@
 namespace gradpress::testing {
 namespace {
 
-server::StoreOptions Options(int workers) {
-  server::StoreOptions o;
-  o.workers = workers;
-  o.threads = 2;
-  o.worker_timeout_s = 30;
-  return o;
-}
-
 // Deterministic per (worker, step, key), from a private generator: safe in threads.
 torch::Tensor Grad(int worker, int64_t step, const std::vector<int64_t>& shape, int key) {
   auto gen = at::detail::createCPUGenerator(1000 * step + 10 * worker + key);
@@ -26,7 +18,7 @@ torch::Tensor Grad(int worker, int64_t step, const std::vector<int64_t>& shape, 
 }
 
 TEST_CASE("sync, 4 workers, codec none: each worker receives the mean", "[server]") {
-  Cluster c(Options(4));
+  Cluster c(TestStoreOptions(4));
   const auto specs = Specs({{300, 20}, {7}, {1000}});
   // Per worker and step: contributors, and per key max |received - mean|.
   std::vector<std::vector<int>> contributors(4, std::vector<int>(5, -1));
@@ -61,7 +53,7 @@ TEST_CASE("sync, 4 workers, codec none: each worker receives the mean", "[server
 }
 
 TEST_CASE("exchange=weights: server SGD with momentum matches a reference loop", "[server]") {
-  auto opts = Options(2);
+  auto opts = TestStoreOptions(2);
   opts.exchange_weights = true;
   opts.sgd = {0.05, 0.9, 1e-3, /*nesterov=*/true};
   Cluster c(opts);
@@ -110,7 +102,7 @@ TEST_CASE("both ways topk then qsgd with error feedback tracks the true mean", "
   // a residual holds up to ~1/r steps of that element's mass: the relative gap after T steps
   // is at most about (1/r) / T = 100 / 200 = 0.5, and it shrinks as T grows (measured 0.62
   // at T = 50 and 0.27 at T = 200). Without feedback the dropped 99% would never arrive.
-  auto opts = Options(2);
+  auto opts = TestStoreOptions(2);
   opts.pull = ParseCodecShorthand("topk ratio=0.01");
   opts.pull.then = std::make_shared<CodecSpec>(ParseCodecShorthand("qsgd levels=16"));
   opts.pull.error_feedback = true;
@@ -147,7 +139,7 @@ TEST_CASE("both ways topk then qsgd with error feedback tracks the true mean", "
 }
 
 TEST_CASE("async: every push applied exactly once, staleness bounded", "[server]") {
-  auto opts = Options(2);
+  auto opts = TestStoreOptions(2);
   opts.async = true;
   opts.exchange_weights = true;
   opts.sgd = {1.0, 0.0, 0.0, false};
@@ -192,7 +184,7 @@ TEST_CASE("async: every push applied exactly once, staleness bounded", "[server]
 }
 
 TEST_CASE("elect the best worker, who publishes the weights everyone pulls", "[server]") {
-  Cluster c(Options(3));
+  Cluster c(TestStoreOptions(3));
   const auto specs = Specs({{50}});
   std::vector<std::unique_ptr<worker::GrpcPsClient>> clients;
   for (int w = 0; w < 3; ++w) {  // in order: worker w gets rank w
@@ -231,7 +223,7 @@ TEST_CASE("elect the best worker, who publishes the weights everyone pulls", "[s
 }
 
 TEST_CASE("sync Push then Pull(step) returns the step's mean", "[server]") {
-  Cluster c(Options(2));
+  Cluster c(TestStoreOptions(2));
   const auto specs = Specs({{5000}});
   std::vector<std::vector<int64_t>> server_step(2, std::vector<int64_t>(3, -1));
   std::vector<std::vector<torch::Tensor>> got(2, std::vector<torch::Tensor>(3));
@@ -257,7 +249,7 @@ TEST_CASE("sync Push then Pull(step) returns the step's mean", "[server]") {
 }
 
 TEST_CASE("a 50M-element model makes a full push and pull", "[server][slow]") {
-  Cluster c(Options(1));
+  Cluster c(TestStoreOptions(1));
   const auto specs = Specs({{50'000'000}});
   worker::GrpcPsClient client(c.Client(0));
   client.Register(specs);

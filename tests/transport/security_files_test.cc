@@ -7,13 +7,6 @@
 namespace gradpress::testing {
 namespace {
 
-server::StoreOptions Options(int workers) {
-  server::StoreOptions o;
-  o.workers = workers;
-  o.worker_timeout_s = 30;
-  return o;
-}
-
 TEST_CASE("unreadable security files name the key and the path", "[security]") {
   Secure sec;
   auto server_error = [&](SecurityConfig c) {
@@ -49,8 +42,9 @@ TEST_CASE("unreadable security files name the key and the path", "[security]") {
   CHECK(client_error(c).find("security.client_cert: cannot read") != std::string::npos);
   // Through the config: the error names the key of the file that failed.
   Config config = ParseConfig("security: {tls: true, cert: /no/cert.pem, key: /no/key.pem}");
-  CHECK(ErrorOf([&] { SecureCluster cluster(Options(1), config.security); }).find("security.") !=
-        std::string::npos);
+  CHECK(ErrorOf([&] {
+          SecureCluster cluster(TestStoreOptions(1), config.security);
+        }).find("security.") != std::string::npos);
 }
 
 TEST_CASE("ConstantTimeEquals compares whole strings", "[security]") {

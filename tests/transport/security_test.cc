@@ -112,23 +112,16 @@ class HeartbeatServer final : public proto::ParameterServer::Service {
   proto::HeartbeatReply last_;
 };
 
-server::StoreOptions Options(int workers) {
-  server::StoreOptions o;
-  o.workers = workers;
-  o.worker_timeout_s = 30;
-  return o;
-}
-
 TEST_CASE("TLS with a bearer token works end to end", "[security]") {
   Secure sec;
-  SecureCluster cluster(Options(2), sec.Server());
+  SecureCluster cluster(TestStoreOptions(2), sec.Server());
   std::vector<worker::ClientOptions> clients = {cluster.Client(0, sec.Client()),
                                                 cluster.Client(1, sec.Client())};
   clients[1].server = "localhost:" + std::to_string(cluster.port);  // the DNS name, too
   Train(cluster, clients);
   CHECK(cluster.runner.store().Stats().rejected.count("unauthenticated") == 0);
   // The background heartbeats carry the token too: they reach the store through the gate.
-  HeartbeatServer hb(sec.Server(), Options(1));
+  HeartbeatServer hb(sec.Server(), TestStoreOptions(1));
   {
     worker::ClientOptions o = cluster.Client(0, sec.Client());
     o.server = "127.0.0.1:" + std::to_string(hb.port());
@@ -145,7 +138,7 @@ TEST_CASE("TLS with a bearer token works end to end", "[security]") {
 
 TEST_CASE("$GRADPRESS_TOKEN overrides security.token_file", "[security]") {
   Secure sec;
-  SecureCluster cluster(Options(1), sec.Server());
+  SecureCluster cluster(TestStoreOptions(1), sec.Server());
   SecurityConfig c = sec.Client();
   c.token_file = sec.dir.File("other", "another-token");
   CHECK(ErrorOf([&] {
@@ -158,7 +151,7 @@ TEST_CASE("$GRADPRESS_TOKEN overrides security.token_file", "[security]") {
 
 TEST_CASE("calls without the token, or with a wrong one, are UNAUTHENTICATED", "[security]") {
   Secure sec;
-  SecureCluster cluster(Options(1), sec.Server());
+  SecureCluster cluster(TestStoreOptions(1), sec.Server());
   const std::string none = ErrorOf(
       [&] { worker::GrpcPsClient(cluster.Client(0, sec.Client(false))).Register(Specs({{2}})); });
   INFO(none);
@@ -177,7 +170,7 @@ TEST_CASE("calls without the token, or with a wrong one, are UNAUTHENTICATED", "
 // service answers SERVING without a token.
 TEST_CASE("every RPC checks the token but the health service does not", "[security]") {
   Secure sec;
-  SecureCluster cluster(Options(1), sec.Server());
+  SecureCluster cluster(TestStoreOptions(1), sec.Server());
   const transport::ClientSecurity cs = transport::LoadClientSecurity(sec.Client(false));
   auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(cluster.port), cs.credentials);
   auto stub = proto::ParameterServer::NewStub(channel);
@@ -261,7 +254,7 @@ TEST_CASE("every RPC checks the token but the health service does not", "[securi
 
 TEST_CASE("a worker that trusts the wrong CA fails with a clear TLS error", "[security]") {
   Secure sec;
-  SecureCluster cluster(Options(1), sec.Server());
+  SecureCluster cluster(TestStoreOptions(1), sec.Server());
   SecurityConfig c = sec.Client();
   c.ca = Pki::Get().wrong_ca;
   worker::ClientOptions o = cluster.Client(0, c);
@@ -288,7 +281,7 @@ TEST_CASE("a worker that trusts the wrong CA fails with a clear TLS error", "[se
 TEST_CASE("mutual TLS refuses clients without a certificate of its CA", "[security]") {
   Secure sec;
   const Pki& pki = Pki::Get();
-  SecureCluster cluster(Options(1), sec.Server(/*mutual=*/true));
+  SecureCluster cluster(TestStoreOptions(1), sec.Server(/*mutual=*/true));
   SecurityConfig none = sec.Client();
   worker::ClientOptions o = cluster.Client(0, none);
   o.max_retries = 1;
@@ -313,18 +306,18 @@ TEST_CASE("a token without TLS is refused unless allow_plaintext_token", "[secur
   Secure sec;
   SecurityConfig plain;
   plain.token_file = sec.token_file;
-  const std::string msg = ErrorOf([&] { SecureCluster cluster(Options(1), plain); });
+  const std::string msg = ErrorOf([&] { SecureCluster cluster(TestStoreOptions(1), plain); });
   INFO(msg);
   CHECK(msg.find("security.tls is false") != std::string::npos);
   CHECK(msg.find("allow_plaintext_token") != std::string::npos);
   {  // the same from $GRADPRESS_TOKEN alone
     ScopedEnv env(transport::kTokenEnv, "abc");
     CHECK(ErrorOf([&] {
-            SecureCluster cluster(Options(1), SecurityConfig{});
+            SecureCluster cluster(TestStoreOptions(1), SecurityConfig{});
           }).find("allow_plaintext_token") != std::string::npos);
   }
   plain.allow_plaintext_token = true;
-  SecureCluster cluster(Options(1), plain);
+  SecureCluster cluster(TestStoreOptions(1), plain);
   SecurityConfig client;
   client.token_file = sec.token_file;
   CHECK(ErrorOf([&] {
