@@ -32,12 +32,31 @@ std::string Unquote(const std::string& raw) {
   return s;
 }
 
+// model: {name: torchscript, path: m.pt}: the keys model and model_path.
+void ApplyModelMap(const YAML::Node& value, std::vector<ConfigField>& fields,
+                   const YamlSource& src) {
+  std::set<std::string> seen;
+  for (const auto& m : value) {
+    const std::string sub = YamlKey(m.first, "model", src, &seen);
+    if (sub != "model.name" && sub != "model.path")
+      throw InvalidArgument(src.At(m.first) + ": unknown key '" + sub +
+                            "'; model takes name and path");
+    ConfigField* f = detail::FindField(fields, sub == "model.name" ? "model" : "model_path");
+    const std::string where = src.AtKey(m.second, sub);
+    f->set(YamlScalar(m.second, where), where);
+  }
+}
+
 void ApplyMap(const YAML::Node& map, const std::string& prefix, std::vector<ConfigField>& fields,
               const YamlSource& src) {
   std::set<std::string> seen;
   for (const auto& kv : map) {
     const std::string key = YamlKey(kv.first, prefix, src, &seen);
     const YAML::Node& value = kv.second;
+    if (key == "model" && value.IsMap()) {
+      ApplyModelMap(value, fields, src);
+      continue;
+    }
     if (ConfigField* f = detail::FindField(fields, key)) {
       if (f->codec) {
         *f->codec = ParseCodecSpec(value, key, src);
@@ -104,6 +123,12 @@ void ApplyOverride(const std::string& text, std::vector<ConfigField>& fields) {
   const std::string key = eq == std::string::npos ? "" : Trim(text.substr(0, eq));
   if (key.empty()) throw InvalidArgument(src.name + ": expected key=value (e.g. train.lr=0.05)");
   const std::string value = text.substr(eq + 1);
+  if (key == "model" && Trim(value).rfind('{', 0) == 0) {
+    const YAML::Node map = LoadOverrideValue(value, src);
+    if (map.IsMap()) return ApplyModelMap(map, fields, src);
+  }
+  if (key == "model.name" || key == "model.path")
+    return ApplyOverride((key == "model.name" ? "model=" : "model_path=") + value, fields);
   if (ConfigField* f = detail::FindField(fields, key)) {
     if (f->codec) {
       *f->codec = ParseCodecSpec(LoadOverrideValue(value, src), key, src);

@@ -36,6 +36,11 @@ void CheckTraining(const Config& c) {
              "momentum correction or warm-up");
   GP_ENFORCE(c.compress.warmup_epochs == 0 || c.push.params.count("ratio") > 0,
              "compress.warmup_epochs needs push.ratio (the density the warm-up ends at)");
+  GP_ENFORCE((c.model == "torchscript") == !c.model_path.empty(),
+             c.model == "torchscript"
+                 ? "model torchscript needs model.path: the file torch.jit.script(model).save wrote"
+                 : "model_path is set but model is '" + c.model +
+                       "': use model: {name: torchscript, path: ...}");
 }
 
 }  // namespace
