@@ -18,18 +18,12 @@ namespace gradpress::worker {
   }
 const std::vector<MetricField>& ReportedFields() {
   static const std::vector<MetricField> fields = {
-      GP_METRIC(loss, false, false, kNone),
-      GP_METRIC(bytes_up, true, false, kNone),
-      GP_METRIC(bytes_down, true, false, kNone),
-      GP_METRIC(compute_ms, false, false, kMean),
-      GP_METRIC(encode_ms, false, false, kMean),
-      GP_METRIC(decode_ms, false, false, kMean),
-      GP_METRIC(network_ms, false, false, kMean),
-      GP_METRIC(wait_ms, false, false, kMean),
-      GP_METRIC(server_ms, false, false, kMean),
-      GP_METRIC(exposed_comm_ms, false, false, kMean),
-      GP_METRIC(step_ms, false, false, kMean),
-      GP_METRIC(retries, true, true, kTotal),
+      GP_METRIC(loss, false, false, kNone),       GP_METRIC(bytes_up, true, false, kNone),
+      GP_METRIC(bytes_down, true, false, kNone),  GP_METRIC(compute_ms, false, false, kMean),
+      GP_METRIC(encode_ms, false, false, kMean),  GP_METRIC(decode_ms, false, false, kMean),
+      GP_METRIC(network_ms, false, false, kMean), GP_METRIC(wait_ms, false, false, kMean),
+      GP_METRIC(server_ms, false, false, kMean),  GP_METRIC(exposed_comm_ms, false, false, kMean),
+      GP_METRIC(step_ms, false, false, kMean),    GP_METRIC(retries, true, true, kTotal),
   };
   return fields;
 }
