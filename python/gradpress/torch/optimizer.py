@@ -1,0 +1,257 @@
+"""gradpress.torch.DistributedOptimizer and broadcast_parameters (docs/python.md)."""
+import atexit
+import weakref
+
+import torch
+
+from gradpress import _C
+from gradpress import _config
+
+_live = weakref.WeakSet()  # open optimizers, closed at exit (summary.json, dashboard rows)
+_latest = None  # weakref to the newest DistributedOptimizer
+
+
+def _named_leaves(optimizer, named_parameters):
+    """(names, tensors) of the parameters to exchange, in model order, checked."""
+    in_optimizer = [p for group in optimizer.param_groups for p in group["params"]]
+    if named_parameters is None:
+        named = [(f"param.{i}", p) for i, p in enumerate(in_optimizer)]
+    else:
+        if isinstance(named_parameters, dict):
+            named_parameters = named_parameters.items()
+        named = []
+        for item in named_parameters:
+            if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
+                    and isinstance(item[1], torch.Tensor)):
+                raise ValueError("named_parameters: expected (name, tensor) pairs, like "
+                                 f"model.named_parameters(); got {item!r:.80}")
+            named.append(item)
+    names, params, seen_names, seen = [], [], set(), set()
+    for name, p in named:
+        if name in seen_names:
+            raise ValueError(f"named_parameters: the name '{name}' repeats")
+        seen_names.add(name)
+        if not p.requires_grad:
+            continue  # frozen: no gradient, nothing to exchange
+        if not p.is_leaf:
+            raise ValueError(f"parameter '{name}' is not a leaf tensor (it is computed by "
+                             f"{type(p.grad_fn).__name__}): pass the model's own parameters, "
+                             "e.g. model.named_parameters()")
+        if id(p) in seen:
+            raise ValueError(f"parameter '{name}' is the same tensor as an earlier name")
+        seen.add(id(p))
+        names.append(name)
+        params.append(p)
+    ours = set(id(p) for p in params)
+    missing = [p for p in in_optimizer if p.requires_grad and id(p) not in ours]
+    if missing:
+        raise ValueError(f"the optimizer holds {len(missing)} parameter(s) that named_parameters "
+                         "does not name (shapes " +
+                         ", ".join(str(tuple(p.shape)) for p in missing[:4]) + ")")
+    in_opt = set(id(p) for p in in_optimizer)
+    extra = [n for n, p in zip(names, params) if id(p) not in in_opt]
+    if extra:
+        raise ValueError(f"parameter '{extra[0]}' is not in the optimizer's param groups")
+    if not params:
+        raise ValueError("no parameter that requires a gradient to exchange")
+    return names, params
+
+
+def _hook(optimizer_ref, key):
+    def hook(grad):
+        opt = optimizer_ref()
+        if opt is not None and opt._session is not None:
+            opt._session.gradient(key, grad, opt.param_groups[0]["lr"])
+    return hook
+
+
+class DistributedOptimizer(torch.optim.Optimizer):
+    """Wraps a PyTorch optimizer: each step's gradients are averaged over the job's workers
+    by a gradpress server, compressed by the job's codecs, then the wrapped optimizer steps.
+
+    Methods 3-5 (sync, ``exchange: gradients``): the averaged gradients come back into
+    ``p.grad`` and the wrapped optimizer steps. Methods 1-2 (``exchange: weights``): the
+    server steps SGD (the job's ``train.momentum``, ``weight_decay``, ``nesterov``) with the
+    wrapped optimizer's lr, its weights come back into the parameters, and the wrapped
+    optimizer does not step. ``config`` is a job YAML (the one the server
+    was started with: the server decides the pull codec and the barrier); ``push``/``pull``
+    override its codec blocks (a dict or a shorthand such as
+    ``"topk ratio=0.01 then=qsgd levels=16 error_feedback=true"``); ``overrides`` are further
+    ``key=value`` settings, like gradpress-worker's ``--set``. Identity from the arguments,
+    else ``RANK``, ``WORLD_SIZE``, ``GRADPRESS_SERVER``. With ``run_dir``, the worker writes
+    metrics.jsonl (and rank 0 summary.json and config.yaml) there.
+
+    Gradients go to the exchange as backward produces them (autograd hooks feed the C++
+    bucket scheduler, when the model splits into several ``sync.bucket_mb`` buckets);
+    ``step()`` waits for the averaged gradients, writes them into ``p.grad`` and steps the
+    wrapped optimizer. A parameter without a gradient in a step (unused) is exchanged as
+    zeros. One backward per step. Call ``broadcast_parameters`` before the first backward.
+    """
+
+    def __init__(self, optimizer, named_parameters=None, config=None, push=None, pull=None,
+                 rank=None, world_size=None, server=None, run_dir=None, bucket_mb=None, *,
+                 overrides=None, incarnation=1):
+        global _latest
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer: expected a torch.optim.Optimizer, got "
+                            f"{type(optimizer).__name__}")
+        if isinstance(optimizer, DistributedOptimizer):
+            raise TypeError("optimizer is a DistributedOptimizer already")
+        self._session = None
+        self._handles = []
+        names, params = _named_leaves(optimizer, named_parameters)
+        self._optimizer = optimizer
+        # The wrapped optimizer's own lists, so lr schedulers and loops see one state.
+        self.param_groups = optimizer.param_groups
+        self.state = optimizer.state
+        self.defaults = optimizer.defaults
+        self._names, self._params = names, params
+        self._pending_state = None
+        self._last = {}
+        self._session = _C.WorkerSession(
+            _config.config_path(config),
+            _config.job_overrides(push, pull, bucket_mb, overrides), rank, world_size,
+            None if server is None else str(server), "" if run_dir is None else str(run_dir),
+            int(incarnation), names, params)
+        if self._session.pipelined:
+            me = weakref.ref(self)
+            self._handles = [p.register_hook(_hook(me, i)) for i, p in enumerate(params)]
+        _live.add(self)
+        _latest = weakref.ref(self)
+
+    # -- the identity the job resolved ------------------------------------------------------
+    @property
+    def rank(self):
+        return self._session.rank
+
+    @property
+    def world_size(self):
+        return self._session.world_size
+
+    @property
+    def config_yaml(self):
+        """The resolved job config (YAML), as gradpress-worker would write it."""
+        return self._session.config_yaml
+
+    # -- the optimizer ----------------------------------------------------------------------
+    def _open(self):
+        if self._session is None:
+            raise RuntimeError("the DistributedOptimizer is closed")
+        return self._session
+
+    def step(self, closure=None):
+        session = self._open()
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        session.exchange(self.param_groups[0]["lr"])  # the GIL is released while it waits
+        if not session.weights:  # methods 1-2: the server stepped, its weights are in place
+            self._optimizer.step()
+        session.end_step(float(loss) if loss is not None else 0.0)
+        self._last = session.last()
+        return loss
+
+    def zero_grad(self, set_to_none=False):
+        self._optimizer.zero_grad(set_to_none=set_to_none)
+
+    def add_param_group(self, param_group):
+        raise RuntimeError("the parameters a DistributedOptimizer exchanges are fixed when it "
+                           "is made: add the group to the wrapped optimizer first")
+
+    def stats(self):
+        """The last step's figures: bytes_up, bytes_down, encode_ms, decode_ms, network_ms,
+        wait_ms, server_ms, exposed_comm_ms, compute_ms, step_ms, ... ({} before a step)."""
+        self._open()
+        return dict(self._last)
+
+    def state_dict(self):
+        """The wrapped optimizer's state_dict plus ``"gradpress"``: the step and the push
+        codecs' state (error-feedback residuals, momenta, RNG) as bytes."""
+        session = self._open()
+        sd = self._optimizer.state_dict()
+        codec = session.save_state() if session.connected else (self._pending_state or b"")
+        sd["gradpress"] = {"step": session.step, "codec_state": codec, "names": list(self._names)}
+        return sd
+
+    def load_state_dict(self, state_dict):
+        session = self._open()
+        state_dict = dict(state_dict)
+        ours = state_dict.pop("gradpress", None)
+        if ours is not None and list(ours.get("names", self._names)) != self._names:
+            raise ValueError("load_state_dict: the state is of another model's parameters")
+        self._optimizer.load_state_dict(state_dict)
+        if ours is None or not ours.get("codec_state"):
+            return
+        if session.connected:
+            session.load_state(bytes(ours["codec_state"]))
+        else:
+            self._pending_state = bytes(ours["codec_state"])  # restored once registered
+
+    def _connect(self):
+        session = self._open()
+        ours = session.connect()
+        if self._pending_state is not None:
+            state, self._pending_state = self._pending_state, None
+            session.load_state(state)
+        return ours
+
+    # -- the end ----------------------------------------------------------------------------
+    def close(self, flush_rows=True):
+        """Writes summary.json (rank 0, with run_dir), sends the dashboard's last rows (unless
+        flush_rows is False: then nothing waits for the server) and ends the connection."""
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        session, self._session = self._session, None
+        _live.discard(self)
+        if session is not None:
+            session.close(flush_rows)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"gradpress.torch.DistributedOptimizer({self._optimizer!r})"
+
+
+def broadcast_parameters(model_or_named_params, optimizer=None):
+    """Registers the model with the server and adopts its initial weights: the first worker's
+    offer wins, every worker then starts from the same weights. Returns True if this worker's
+    were kept. ``model_or_named_params``: an ``nn.Module`` or (name, tensor) pairs / a dict of
+    the parameters the DistributedOptimizer (``optimizer``, else the newest one) exchanges."""
+    opt = optimizer if optimizer is not None else (_latest() if _latest is not None else None)
+    if opt is None or opt._session is None:
+        raise RuntimeError("broadcast_parameters: make the gradpress.torch.DistributedOptimizer "
+                           "first (it holds the connection to the server)")
+    if isinstance(model_or_named_params, torch.nn.Module):
+        named = dict(model_or_named_params.named_parameters())
+    else:
+        named = dict(model_or_named_params)
+    ours = dict(zip(opt._names, opt._params))
+    for name, p in named.items():
+        if isinstance(p, torch.Tensor) and not p.requires_grad and name not in ours:
+            continue  # frozen, not exchanged
+        if name not in ours:
+            raise ValueError(f"broadcast_parameters: '{name}' is not a parameter of the "
+                             "DistributedOptimizer")
+        if p is not ours[name]:
+            raise ValueError(f"broadcast_parameters: '{name}' is not the tensor the "
+                             "DistributedOptimizer holds under that name")
+    missing = [n for n in opt._names if n not in named]
+    if missing:
+        raise ValueError(f"broadcast_parameters: '{missing[0]}' is missing "
+                         f"({len(missing)} of the optimizer's parameters)")
+    return opt._connect()
+
+
+@atexit.register
+def _close_all():
+    for opt in list(_live):
+        try:
+            opt.close(flush_rows=False)  # the server may be gone: do not wait for it
+        except Exception:  # the process is ending; the server notices the silence
+            pass

@@ -1,0 +1,118 @@
+// gradpress._C: the pybind11 extension under python/gradpress (docs/python.md). Tensors cross
+// without a copy (torch/extension.h's casters share the TensorImpl); the GIL is released
+// whenever C++ works or waits (Register, InitOrPull, the buckets, PushPull), so backward's
+// Python hooks and other threads go on meanwhile. gradpress::Error becomes ValueError
+// (InvalidArgument: a bad config, codec, argument) or RuntimeError (the rest), with its message.
+#include <pybind11/stl.h>
+#include <torch/extension.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "python/src/worker_session.h"
+#include "worker/step_metrics.h"
+
+namespace py = pybind11;
+
+namespace gradpress::python {
+namespace {
+
+// Every reported field of a step (worker/step_metrics.h's names) and its bookkeeping.
+py::dict MetricsDict(const StepMetrics& m) {
+  py::dict d;
+  d["step"] = m.step;
+  for (const auto& f : worker::ReportedFields()) {
+    const double v = f.get(m);
+    if (f.integer)
+      d[f.name] = static_cast<int64_t>(v);
+    else
+      d[f.name] = v;
+  }
+  d["overlap"] = m.overlap;
+  d["server_step"] = m.server_step;
+  d["contributors"] = m.contributors;
+  return d;
+}
+
+WorkerSession* MakeSession(std::optional<std::string> config_path,
+                           std::vector<std::string> overrides, std::optional<int> rank,
+                           std::optional<int> world_size, std::optional<std::string> server,
+                           std::string run_dir, uint64_t incarnation,
+                           std::vector<std::string> names, std::vector<torch::Tensor> params) {
+  SessionOptions o;
+  o.config_path = config_path.value_or("");
+  o.overrides = std::move(overrides);
+  o.rank = rank;
+  o.world_size = world_size;
+  o.server = std::move(server);
+  o.run_dir = std::move(run_dir);
+  o.incarnation = incarnation;
+  return new WorkerSession(std::move(o), std::move(names), std::move(params));
+}
+
+}  // namespace
+}  // namespace gradpress::python
+
+PYBIND11_MODULE(_C, m) {
+  using gradpress::python::WorkerSession;
+  m.doc() = "gradpress's C++ worker for gradpress.torch (docs/python.md)";
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const gradpress::InvalidArgument& e) {
+      PyErr_SetString(PyExc_ValueError, e.message().c_str());
+    } catch (const gradpress::Error& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.message().c_str());
+    }
+  });
+  m.def("codec_override", &gradpress::python::CodecOverride, py::arg("block"), py::arg("shorthand"),
+        "'push=<YAML flow mapping>' from a codec shorthand such as "
+        "'topk ratio=0.01 then=qsgd levels=16 error_feedback=true'");
+  m.def(
+      "resolve_config",
+      [](std::optional<std::string> path, std::vector<std::string> overrides) {
+        return gradpress::ToYaml(path ? gradpress::LoadConfig(*path, overrides)
+                                      : gradpress::ParseConfig("{}", "<defaults>", overrides));
+      },
+      py::arg("path"), py::arg("overrides"), "the resolved job config as YAML");
+
+  py::class_<WorkerSession>(m, "WorkerSession")
+      .def(py::init(&gradpress::python::MakeSession), py::arg("config_path"), py::arg("overrides"),
+           py::arg("rank"), py::arg("world_size"), py::arg("server"), py::arg("run_dir"),
+           py::arg("incarnation"), py::arg("names"), py::arg("params"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("connect", &WorkerSession::Connect, py::call_guard<py::gil_scoped_release>(),
+           "Register (once) and adopt the server's initial weights; True if ours were kept")
+      .def("gradient", &WorkerSession::Gradient, py::arg("key"), py::arg("grad"), py::arg("lr"),
+           py::call_guard<py::gil_scoped_release>())
+      .def(
+          "exchange",
+          [](WorkerSession& s, double lr) {
+            gradpress::worker::StepMetrics r;
+            {
+              py::gil_scoped_release release;
+              r = s.Exchange(lr);
+            }
+            return gradpress::python::MetricsDict(r);
+          },
+          py::arg("lr"), "wait for the step's averaged gradients and write them into p.grad")
+      .def("end_step", &WorkerSession::EndStep, py::arg("loss"))
+      .def("close", &WorkerSession::Close, py::arg("flush_rows") = true,
+           py::call_guard<py::gil_scoped_release>())
+      .def("save_state", [](const WorkerSession& s) { return py::bytes(s.SaveState()); })
+      .def("load_state", [](WorkerSession& s, const py::bytes& b) { s.LoadState(std::string(b)); })
+      .def("last", [](const WorkerSession& s) { return gradpress::python::MetricsDict(s.last()); })
+      .def_property_readonly("connected", &WorkerSession::connected)
+      .def_property_readonly("pipelined", &WorkerSession::pipelined)
+      .def_property_readonly("weights", &WorkerSession::weights)
+      .def_property_readonly("step", &WorkerSession::step)
+      .def_property_readonly("rank", &WorkerSession::rank)
+      .def_property_readonly("world_size", &WorkerSession::world_size)
+      .def_property_readonly("server", &WorkerSession::server)
+      .def_property_readonly("split", &WorkerSession::split)
+      .def_property_readonly("config_yaml",
+                             [](const WorkerSession& s) { return gradpress::ToYaml(s.config()); });
+}

@@ -1,0 +1,253 @@
+// WorkerSession: gradpress.torch's worker over the C++ worker's client (worker_session.h).
+#include "python/src/worker_session.h"
+
+#include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+#include <utility>
+
+#include "common/codec_spec.h"
+#include "common/error.h"
+#include "common/json_line.h"
+#include "compressors/registry.h"
+#include "transport/security.h"
+
+namespace gradpress::python {
+namespace {
+
+Config LoadJobConfig(const SessionOptions& o) {
+  return o.config_path.empty() ? ParseConfig("{}", "<defaults>", o.overrides)
+                               : LoadConfig(o.config_path, o.overrides);
+}
+
+// The methods this front end runs so far: 1-5.
+void CheckMethod(const Config& c) {
+  GP_ENFORCE(c.sync.mode == "sync", "gradpress.torch supports sync.mode 'sync' (methods 1-5) so ",
+             "far, not '", c.sync.mode, "'");
+  GP_ENFORCE(c.sync.exchange == "gradients" || c.sync.exchange == "weights",
+             "gradpress.torch supports sync.exchange 'gradients' and 'weights' (methods 1-5) so "
+             "far, not '",
+             c.sync.exchange, "'");
+  GP_ENFORCE(c.sync.every == 1, "gradpress.torch supports sync.every 1 (methods 1-5) so far, not ",
+             c.sync.every);
+  GP_ENFORCE(c.compress.clip_norm <= 0 && c.compress.dynamic.ladder.empty() &&
+                 c.compress.warmup_epochs == 0,
+             "gradpress.torch does not run compress.clip_norm, compress.dynamic or ",
+             "compress.warmup_epochs yet");
+}
+
+}  // namespace
+
+std::string CodecOverride(const std::string& block, const std::string& shorthand) {
+  const CodecSpec spec = ParseCodecShorthand(shorthand);
+  YAML::Emitter out;
+  EmitCodecSpec(out, spec);
+  return block + "=" + out.c_str();
+}
+
+WorkerSession::WorkerSession(SessionOptions options, std::vector<std::string> names,
+                             std::vector<torch::Tensor> params)
+    : opt_(std::move(options)),
+      config_(LoadJobConfig(opt_)),
+      id_(ResolveIdentity(opt_.rank, opt_.world_size, opt_.server, config_)),
+      names_(std::move(names)),
+      params_(std::move(params)),
+      rows_(std::make_shared<worker::RowOutbox>()),
+      files_(opt_.run_dir, id_.rank, rows_) {
+  CheckMethod(config_);
+  weights_ = config_.sync.exchange == "weights";
+  config_.cluster.workers = id_.workers;  // the job's world size, as the server expects it
+  config_.cluster.servers = ResolveServers(config_);
+  GP_ENFORCE(!params_.empty(), "no parameters to exchange");
+  GP_ENFORCE(names_.size() == params_.size(), names_.size(), " names for ", params_.size(),
+             " parameters");
+  std::set<std::string> seen;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    GP_ENFORCE(seen.insert(names_[i]).second, "parameter name '", names_[i], "' repeats");
+    GP_ENFORCE(params_[i].defined() && params_[i].scalar_type() == torch::kFloat32, "parameter '",
+               names_[i], "' must be a float32 tensor");
+    dense_bytes_ += params_[i].numel() * 4;
+    received_.push_back(torch::zeros_like(params_[i]));
+  }
+  compressors::RegisterBuiltinCompressors();
+  compressors::MakeCompressor(config_.pull);  // a bad pull codec fails here too
+  transport::LoadClientSecurity(config_.security);
+  worker::ClientOptions co =
+      worker::ClientOptionsFor(config_, id_.rank, opt_.incarnation, id_.server);
+  co.rows = rows_;
+  client_ = worker::MakeWorkerClient(config_, co, params_);
+  // A restarted shard met inside an exchange takes these weights (as the Trainer's).
+  if (client_.sharded) client_.sharded->set_weights_source([this] { return Aliases(); });
+  if (config_.sync.overlap) {
+    std::vector<int> split = worker::BucketScheduler::Split(params_, config_.sync.bucket_mb);
+    if (split.size() > 1) {  // one bucket overlaps nothing: the serial step
+      split_ = split;
+      scheduler_ = std::make_unique<worker::BucketScheduler>(client_.client.get(), split_,
+                                                             std::min<int>(8, split_.size()));
+    }
+  }
+  got_.assign(params_.size(), 0);
+  if (!opt_.run_dir.empty()) {
+    std::filesystem::create_directories(opt_.run_dir);
+    if (id_.rank == 0) WriteResolvedConfig(config_, opt_.run_dir + "/config.yaml");
+  }
+}
+
+WorkerSession::~WorkerSession() {
+  try {
+    Close(/*flush_rows=*/false);
+  } catch (const std::exception&) {  // a destructor reports nothing; close() does
+  }
+}
+
+bool WorkerSession::Connect() {
+  GP_ENFORCE_AS(FailedPrecondition, !closed_, "the session is closed");
+  if (!connected_) {
+    std::vector<compressors::TensorSpec> specs;
+    for (size_t i = 0; i < params_.size(); ++i)
+      specs.push_back({names_[i], params_[i].sizes().vec()});
+    const worker::RegisterInfo info = client_.client->Register(specs, split_);
+    step_ = info.server_step;  // a server past step 0: this worker joins at its step
+  }
+  std::vector<torch::Tensor> weights = Aliases();  // InitOrPull writes into the parameters
+  const bool ours = client_.client->InitOrPull(&weights);
+  connected_ = true;
+  since_end_.Restart();
+  return ours;
+}
+
+void WorkerSession::Gradient(size_t key, const torch::Tensor& grad, double lr) {
+  GP_ENFORCE(scheduler_, "WorkerSession::Gradient without buckets (the serial step)");
+  GP_ENFORCE(key < params_.size(), "key ", key, " outside the model");
+  GP_ENFORCE_AS(FailedPrecondition, connected_,
+                "call gradpress.torch.broadcast_parameters(model) before the first backward: "
+                "every worker must start from the server's initial weights");
+  if (!begun_) Begin(lr);
+  GP_ENFORCE_AS(FailedPrecondition, !got_[key], "parameter '", names_[key],
+                "' got a second gradient in step ", step_,
+                ": call optimizer.step() after each backward (several backward passes per step "
+                "are not supported)");
+  got_[key] = 1;
+  scheduler_->Gradient(key, grad);
+}
+
+StepMetrics WorkerSession::Exchange(double lr) {
+  GP_ENFORCE_AS(FailedPrecondition, connected_,
+                "call gradpress.torch.broadcast_parameters(model) before the first step");
+  GP_ENFORCE_AS(FailedPrecondition, !closed_, "the session is closed");
+  StepMetrics m;
+  if (scheduler_) {
+    if (!begun_) Begin(lr);  // no gradient at all: zeros
+    begun_ = false;
+    std::fill(got_.begin(), got_.end(), 0);
+    worker::Merge(scheduler_->Finish(params_, &m.exposed_comm_ms), worker::Concurrency::kSerial,
+                  &m);
+    m.overlap = true;
+  } else {
+    Timer wall;
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : params_)
+      grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));  // unused: zeros
+    worker::StepCall call;
+    call.step = step_;
+    call.lr = lr;  // the server's SGD (weights) or its shadow weights follow the worker's lr
+    std::vector<torch::Tensor> weights = Aliases();
+    worker::Merge(client_.client->PushPull(call, grads, weights_ ? &weights : &received_),
+                  worker::Concurrency::kSerial, &m);
+    m.exposed_comm_ms = wall.ElapsedMs();
+  }
+  if (!weights_) WriteGradients();  // weights were written into the parameters
+  m.step = step_++;
+  pending_ = m;
+  has_pending_ = true;
+  return m;
+}
+
+void WorkerSession::Begin(double lr) {
+  // Weights land in the parameters through fresh aliases (a loaded state_dict may have given
+  // them new storage); gradients in received_.
+  if (weights_) weights_out_ = Aliases();
+  scheduler_->Begin(step_, weights_ ? &weights_out_ : &received_, lr);
+  begun_ = true;
+}
+
+std::vector<torch::Tensor> WorkerSession::Aliases() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : params_) out.push_back(p.detach());
+  return out;
+}
+
+void WorkerSession::WriteGradients() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    torch::Tensor& g = params_[i].mutable_grad();
+    if (g.defined() && g.sizes() == received_[i].sizes() && g.device() == received_[i].device() &&
+        g.scalar_type() == received_[i].scalar_type())
+      g.copy_(received_[i]);
+    else
+      g = received_[i].clone();  // received_ is the next step's buffer
+  }
+}
+
+void WorkerSession::EndStep(double loss) {
+  GP_ENFORCE(has_pending_, "WorkerSession::EndStep without Exchange");
+  StepMetrics& m = pending_;
+  m.loss = loss;
+  m.step_ms = since_end_.ElapsedMs();
+  // Forward, backward, the local optimizer's step and the loop's own work: the rest of the step.
+  m.compute_ms = std::max(0.0, m.step_ms - m.exposed_comm_ms);
+  since_end_.Restart();
+  totals_.Add(m);
+  files_.Step(m);
+  last_ = m;
+  has_pending_ = false;
+}
+
+void WorkerSession::Close(bool flush_rows) {
+  if (closed_) return;
+  closed_ = true;
+  scheduler_.reset();  // its threads end; no step is in flight between steps
+  if (connected_) {
+    worker::TrainSummary s;
+    s.steps = totals_.steps;
+    s.totals = totals_;
+    const double d = std::max<int64_t>(1, s.steps);
+    const double up = totals_.Sum("bytes_up"), down = totals_.Sum("bytes_down");
+    s.bytes_up_per_step = up / d;
+    s.bytes_down_per_step = down / d;
+    s.ratio_up = up > 0 ? dense_bytes_ * d / up : 0.0;
+    s.ratio_down = down > 0 ? dense_bytes_ * d / down : 0.0;
+    s.overlap = !split_.empty();
+    s.wall_s = wall_.ElapsedSeconds();
+    if (id_.rank == 0 && s.steps > 0)
+      files_.Summary(config_, id_.workers, s, [](JsonLine& l) { l.Str("runner", "python"); });
+    try {
+      // The dashboard's last rows (no push follows them), as the Trainer sends them.
+      if (flush_rows) client_.client->Heartbeat();
+    } catch (const Error& e) {
+      spdlog::warn("worker-{}: the last rows for the server's dashboard were not sent: {}",
+                   id_.rank, e.what());
+    }
+  }
+  // The client's heartbeat thread ends with it; the codecs it encodes with go after it.
+  client_.client.reset();
+  client_.sharded = nullptr;
+  client_.codecs = nullptr;
+  client_.own_codecs.reset();
+}
+
+std::string WorkerSession::SaveState() const {
+  GP_ENFORCE_AS(FailedPrecondition, !closed_, "the session is closed");
+  return client_.codecs->SaveState();
+}
+
+void WorkerSession::LoadState(std::string_view state) {
+  GP_ENFORCE_AS(FailedPrecondition, !closed_ && connected_,
+                "the codec state is restored once registered: call broadcast_parameters first");
+  client_.codecs->LoadState(state);
+}
+
+}  // namespace gradpress::python
