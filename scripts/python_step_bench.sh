@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The Python worker's step against the C++ worker's, same job, same machine, same run
+# (docs/python.md): 2 gradpress-worker processes (LeNet-5) and then 2 Python processes of
+# examples/torch_fashion_mnist.py (the same layers as a user-defined nn.Module), each pair
+# against its own gradpress-server started from CONFIG, for STEPS steps on Fashion-MNIST with
+# one intra-op thread per worker. Prints rank 0's summary.json means per step for each.
+#
+#   scripts/python_step_bench.sh [CONFIG] [STEPS]     # default configs/lenet_fmnist_m3.yaml 300
+#
+# step_ms: the C++ worker's Trainer::Step (the next batch is gathered on another thread);
+# the Python worker's time from one step() to the next (its batch is sliced in the loop).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib/launch.sh
+config=${1:-configs/lenet_fmnist_m3.yaml}
+steps=${2:-300}
+build=${BUILD_DIR:-build}
+[[ -x "$build/worker/gradpress-worker" && -f "$(ls "$build"/python/gradpress/_C*.so 2>/dev/null | head -1)" ]] ||
+  { echo "python_step_bench: build gradpress-worker and gradpress._C first (cmake --build $build)" >&2; exit 2; }
+out=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$out"' EXIT
+
+run() {  # run NAME COMMAND...: a server, then the command for ranks 0 and 1 (RANK in env)
+  local name=$1 dir=$out/$1 pids=() spid port
+  shift
+  mkdir -p "$dir"
+  "$build/server/gradpress-server" --config "$config" --listen 127.0.0.1:0 --workers 2 \
+    --log-level warn >"$dir/server.out" 2>&1 &
+  spid=$!
+  port=$(gp_server_port "$dir" "$spid")
+  for r in 0 1; do
+    RANK=$r WORLD_SIZE=2 GRADPRESS_SERVER=127.0.0.1:$port "$@" --run-dir "$dir" \
+      >"$dir/worker-$r.log" 2>&1 &
+    pids+=($!)
+  done
+  gp_wait_workers "$name" "$dir" "${pids[@]}" || exit 1
+  gp_stop_server "$spid"
+}
+
+run cpp "$build/worker/gradpress-worker" --config "$config" --max-steps "$steps" \
+  --set train.threads=1 --set train.log_every=0
+run python env PYTHONPATH="$build/python:python" /usr/bin/python3 examples/torch_fashion_mnist.py \
+  --config "$config" --max-steps "$steps" --threads 1
+
+printf "%-8s %9s %10s %11s %12s %12s\n" runner step_ms compute_ms exposed_ms bytes_up/st \
+  bytes_dn/st
+for name in cpp python; do
+  /usr/bin/python3 - "$out/$name/summary.json" "$name" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+print(f"{sys.argv[2]:<8} {s['step_ms']:9.2f} {s['compute_ms']:10.2f} {s['exposed_comm_ms']:11.2f}"
+      f" {s['bytes_up_per_step']:12.0f} {s['bytes_down_per_step']:12.0f}")
+EOF
+done
