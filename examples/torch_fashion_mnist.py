@@ -4,12 +4,14 @@ Start a server with the job's config, then one copy of this script per worker
 (docs/python.md):
 
     build/server/gradpress-server --config configs/lenet_fmnist_m5.yaml \\
-        --listen 127.0.0.1:50051 --workers 2 &
+        --listen 127.0.0.1:50051 --workers 2 & server=$!
+    workers=()
     for r in 0 1; do
       RANK=$r WORLD_SIZE=2 GRADPRESS_SERVER=127.0.0.1:50051 PYTHONPATH=build/python:python \\
         /usr/bin/python3 examples/torch_fashion_mnist.py --config configs/lenet_fmnist_m5.yaml \\
-        --epochs 1 &
-    done; wait
+        --epochs 1 & workers+=($!)
+    done
+    wait "${workers[@]}"; kill $server
 
 Reads Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist). Each worker trains
 on its shard of every epoch (a seeded permutation, rank r takes every world-th image) and
