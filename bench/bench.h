@@ -48,6 +48,10 @@ void AddPlacementCommand(CLI::App& app);
 // `scale-worker`: one synthetic worker of the scaling curve (scale_bench.cc, scripts/scale.sh).
 void AddScaleCommand(CLI::App& app);
 
+// `lock`: Heartbeat and Register latency of a gradpress-server (own process) while two
+// workers run method-5 steps, beside a baseline server binary in the same run (lock_bench.cc).
+void AddLockCommand(CLI::App& app);
+
 // Helpers shared by the subcommands (defined in codecs_bench.cc).
 
 // Median of v (the mean of the middle two for an even size); v must not be empty.

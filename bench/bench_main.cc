@@ -4,6 +4,7 @@
 //   gradpress-bench transport --numel 25000000 --steps 20 --json
 //   gradpress-bench train --config configs/lenet_fmnist_m1.yaml --steps 200
 //   gradpress-bench placement --shards 2,4,8 --json
+//   gradpress-bench lock --baseline-server /tmp/gradpress-server-before-lock
 //
 // Exit status: 0 on success, 2 on bad command-line input (CLI11 parse errors and
 // gradpress::Error, which subcommands throw while validating), 1 on any other failure.
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   bench::AddTrainCommand(app);
   bench::AddPlacementCommand(app);
   bench::AddScaleCommand(app);
+  bench::AddLockCommand(app);
 
   try {
     app.parse(argc, argv);  // runs the chosen subcommand
