@@ -6,27 +6,22 @@
 //
 //   gradpress-bench lock [--server PATH] [--baseline-server PATH] [--config FILE]
 //                        [--numel N] [--keys K] [--steps S] [--rounds R] [--interval-ms M]
-//                        [--checkpoint-every C] [--worker-nice V] [--json]
+//                        [--checkpoint-every C] [--json]
 //   gradpress-bench lock --baseline-server /tmp/gradpress-server-before-lock
 //
 // A round starts a gradpress-server (bench/server_process.h; --server, else $GRADPRESS_SERVER,
 // else the build tree's) on the method-5 config (default configs/lenet_fmnist_m5.yaml: push
 // and pull "topk ratio=0.01 error_feedback=true then=qsgd levels=16", shadow weights), with 2
 // workers, checkpoints every C steps (0: none) and the bench's RPC deadline. Two GrpcPsClient
-// workers run as threads at nice V (default 10: on a cluster their compute would be on other
-// machines, not competing with the server and the probe): Register, InitOrPull, a warm-up
-// step, then S PushPull steps of the config's push codec on N float32 in K keys (randn * 0.01,
-// fixed seeds). While those S steps run, a probe -- worker-0 again, so its Register is a
-// no-op, on a gRPC connection of its own as a process of its own would have -- sends a
-// Heartbeat or a Register, alternately, every M ms (a slot missed while a call was out is
-// skipped), and times each round trip from send to reply. With a baseline, rounds alternate
-// baseline and server, R of each; a binary's figures pool its rounds: p50, p99 and max of
-// each call kind and of both, the median step ms, and how late the probe itself woke for its
-// sends (p99; the machine's noise, not the server's). --json: one object per binary, nothing
-// else on stdout.
-#include <grpcpp/grpcpp.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
+// workers run as threads: Register, InitOrPull, a warm-up step, then S PushPull steps of the
+// config's push codec on N float32 in K keys (randn * 0.01, fixed seeds). While those S steps
+// run, a third GrpcPsClient -- worker-0 again, so its Register is a no-op -- sends a Heartbeat
+// or a Register, alternately, every M ms (a slot missed while a call was out is skipped), and
+// times each round trip from send to reply. With a baseline, rounds alternate baseline and
+// server, R of each; a binary's figures pool its rounds: p50, p99 and max of each call kind
+// and of both, the median and mean step ms (the mean counts a step held up by a checkpoint),
+// and how late the probe itself woke for its sends (p99: the machine's noise, not the
+// server's). --json: one object per binary, nothing else on stdout.
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -53,9 +48,6 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "compressors/registry.h"
-#include "proto/gradpress.grpc.pb.h"
-#include "transport/chunks.h"
-#include "transport/status.h"
 #include "worker/grpc_ps_client.h"
 
 namespace gradpress::bench {
@@ -76,7 +68,6 @@ struct LockOptions {
   int rounds = 2;
   double interval_ms = 2;
   int checkpoint_every = 10;
-  int worker_nice = 10;
   bool json = false;
 };
 
@@ -88,6 +79,12 @@ struct Measured {
 };
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+double Mean(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? std::nan("") : sum / static_cast<double>(v.size());
+}
 
 // Nearest rank: the smallest sample with at least q of them at or below it.
 double Percentile(std::vector<double> v, double q) {
@@ -116,47 +113,6 @@ std::vector<torch::Tensor> Split(const torch::Tensor& flat, const std::vector<Te
   return parts;
 }
 
-// The timed client: Heartbeat and Register of worker-0 (the same identity and model as the
-// worker's, so a Register changes nothing) on a connection of its own. gRPC shares one TCP
-// connection among the channels of a process to one address; the probe's calls would queue
-// behind the workers' pushes and results on it, which worker processes of their own (a real
-// job) never make them do. No retries: every call is timed as it went.
-class Probe {
- public:
-  Probe(int port, const std::vector<TensorSpec>& model) {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    stub_ = proto::ParameterServer::NewStub(grpc::CreateCustomChannel(
-        "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), args));
-    heartbeat_.set_worker_id("worker-0");
-    heartbeat_.set_incarnation(1);
-    register_.set_worker_id("worker-0");
-    register_.set_incarnation(1);
-    for (const auto& s : model) transport::ToProto(s, register_.add_model());
-  }
-  void Heartbeat() {
-    grpc::ClientContext ctx;
-    Deadline(&ctx);
-    proto::HeartbeatReply r;
-    transport::ThrowIfError(stub_->Heartbeat(&ctx, heartbeat_, &r), "Heartbeat");
-  }
-  void Register() {
-    grpc::ClientContext ctx;
-    Deadline(&ctx);
-    proto::RegisterReply r;
-    transport::ThrowIfError(stub_->Register(&ctx, register_, &r), "Register");
-  }
-
- private:
-  static void Deadline(grpc::ClientContext* ctx) {
-    ctx->set_deadline(std::chrono::system_clock::now() +
-                      std::chrono::seconds(static_cast<int>(kRpcDeadlineS)));
-  }
-  std::unique_ptr<proto::ParameterServer::Stub> stub_;
-  proto::HeartbeatRequest heartbeat_;
-  proto::RegisterRequest register_;
-};
-
 // One round on m->path: its calls and steps are appended to *m.
 void RunRound(const LockOptions& opt, const Config& job, const std::string& dir, int round,
               const std::vector<std::vector<torch::Tensor>>& grads, Measured* m) {
@@ -174,11 +130,11 @@ void RunRound(const LockOptions& opt, const Config& job, const std::string& dir,
   ServerProcess server(args);
   const int port = server.WaitForPort(port_file);
   const std::vector<TensorSpec> model = Model(opt);
-  auto options = [&](int w) {
+  auto options = [&](int w, bool probe) {
     worker::ClientOptions o;
     o.server = "127.0.0.1:" + std::to_string(port);
     o.worker_id = "worker-" + std::to_string(w);
-    o.push = job.push;
+    if (!probe) o.push = job.push;  // the probe pushes nothing: no codec state
     o.min_numel = job.compress.min_numel;
     o.skip_1d = job.compress.skip_1d;
     o.deadline_s = kRpcDeadlineS;
@@ -202,19 +158,11 @@ void RunRound(const LockOptions& opt, const Config& job, const std::string& dir,
     running = 0;
     server.Kill();  // ends the other calls at once
   };
-  // Made here, so that gRPC's own threads start at this thread's priority, not a worker's.
-  std::vector<std::unique_ptr<worker::GrpcPsClient>> clients;
-  for (int w = 0; w < kWorkers; ++w)
-    clients.push_back(std::make_unique<worker::GrpcPsClient>(options(w)));
-  Probe probe(port, model);
   std::vector<std::thread> threads;
   for (int w = 0; w < kWorkers; ++w) {
     threads.emplace_back([&, w] {
       try {
-        // The load generators yield the CPU to the probe and the server: on a cluster the
-        // workers' compute is on other machines.
-        ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), opt.worker_nice);
-        worker::GrpcPsClient& client = *clients[w];
+        worker::GrpcPsClient client(options(w, false));
         client.Register(model);
         const torch::Tensor flat = torch::zeros({opt.numel});
         std::vector<torch::Tensor> out = Split(flat, model);
@@ -234,7 +182,8 @@ void RunRound(const LockOptions& opt, const Config& job, const std::string& dir,
   }
   threads.emplace_back([&] {
     try {
-      probe.Register();
+      worker::GrpcPsClient probe(options(0, true));
+      probe.Register(model);
       const auto interval = std::chrono::duration_cast<Clock::duration>(
           std::chrono::duration<double, std::milli>(opt.interval_ms));
       Clock::time_point next = start.Wait();
@@ -244,7 +193,7 @@ void RunRound(const LockOptions& opt, const Config& job, const std::string& dir,
         if (i % 2 == 0) {
           probe.Heartbeat();
         } else {
-          probe.Register();
+          probe.Register(model);
         }
         const Clock::time_point done = Clock::now();
         (i % 2 == 0 ? heartbeat_ms : register_ms).push_back(Ms(done - sent));
@@ -281,8 +230,7 @@ void PrintJson(const LockOptions& opt, const std::string& codec, const Measured&
             << ",\"numel\":" << opt.numel << ",\"keys\":" << opt.keys << ",\"workers\":" << kWorkers
             << ",\"codec\":" << JsonString(codec) << ",\"steps\":" << opt.steps
             << ",\"rounds\":" << opt.rounds << ",\"interval_ms\":" << JsonNumber(opt.interval_ms)
-            << ",\"checkpoint_every\":" << opt.checkpoint_every
-            << ",\"worker_nice\":" << opt.worker_nice << ",\"calls\":" << all.size();
+            << ",\"checkpoint_every\":" << opt.checkpoint_every << ",\"calls\":" << all.size();
   auto row = [&](const char* name, const std::vector<double>& v) {
     std::cout << ",\"" << name << "_p50_ms\":" << JsonNumber(Percentile(v, 0.5)) << ",\"" << name
               << "_p99_ms\":" << JsonNumber(Percentile(v, 0.99)) << ",\"" << name
@@ -294,6 +242,7 @@ void PrintJson(const LockOptions& opt, const std::string& codec, const Measured&
             << ",\"p99_ms\":" << JsonNumber(Percentile(all, 0.99))
             << ",\"max_ms\":" << JsonNumber(Percentile(all, 1.0))
             << ",\"step_ms\":" << JsonNumber(Median(m.step_ms))
+            << ",\"step_mean_ms\":" << JsonNumber(Mean(m.step_ms))
             << ",\"probe_late_p99_ms\":" << JsonNumber(Percentile(m.late_ms, 0.99)) << "}"
             << std::endl;
 }
@@ -305,8 +254,9 @@ void PrintTable(const LockOptions& opt, const std::string& codec,
       "every %.3g ms; checkpoint every %d steps; ms from send to reply\n",
       static_cast<long long>(opt.numel), opt.keys, kWorkers, codec.c_str(), opt.steps, opt.rounds,
       opt.interval_ms, opt.checkpoint_every);
-  std::printf("%-8s  %6s  %21s  %21s  %21s  %8s  %s\n", "server", "calls", "heartbeat p50/p99/max",
-              "register p50/p99/max", "both p50/p99/max", "step ms", "binary");
+  std::printf("%-8s  %6s  %21s  %21s  %21s  %16s  %8s  %s\n", "server", "calls",
+              "heartbeat p50/p99/max", "register p50/p99/max", "both p50/p99/max",
+              "step ms med/mean", "late p99", "binary");
   for (const Measured& m : rows) {
     auto cell = [](const std::vector<double>& v) {
       char b[64];
@@ -315,9 +265,11 @@ void PrintTable(const LockOptions& opt, const std::string& codec,
       return std::string(b);
     };
     const std::vector<double> all = Both(m);
-    std::printf("%-8s  %6zu  %21s  %21s  %21s  %8.1f  %10.2f  %s\n", m.label.c_str(), all.size(),
-                cell(m.heartbeat_ms).c_str(), cell(m.register_ms).c_str(), cell(all).c_str(),
-                Median(m.step_ms), Percentile(m.late_ms, 0.99), m.path.c_str());
+    char steps[32];
+    std::snprintf(steps, sizeof(steps), "%.1f/%.1f", Median(m.step_ms), Mean(m.step_ms));
+    std::printf("%-8s  %6zu  %21s  %21s  %21s  %16s  %8.2f  %s\n", m.label.c_str(), all.size(),
+                cell(m.heartbeat_ms).c_str(), cell(m.register_ms).c_str(), cell(all).c_str(), steps,
+                Percentile(m.late_ms, 0.99), m.path.c_str());
   }
 }
 
@@ -334,8 +286,6 @@ void RunLock(LockOptions opt) {
              "--interval-ms must be in (0, 1000], got ", opt.interval_ms);
   GP_ENFORCE(opt.checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ",
              opt.checkpoint_every);
-  GP_ENFORCE(opt.worker_nice >= 0 && opt.worker_nice <= 19,
-             "--worker-nice must be in [0, 19], got ", opt.worker_nice);
   const Config job = LoadConfig(opt.config);  // the workers' side of it: push codec, min_numel
   GP_ENFORCE(job.sync.mode == "sync", opt.config, ": the bench runs sync steps, not ",
              job.sync.mode);
@@ -410,9 +360,6 @@ void AddLockCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--checkpoint-every", opt->checkpoint_every,
                   "server checkpoint every this many steps (0: none)")
-      ->capture_default_str();
-  cmd->add_option("--worker-nice", opt->worker_nice,
-                  "nice value of the two worker threads (0: compete with the probe and server)")
       ->capture_default_str();
   cmd->add_flag("--json", opt->json, "one JSON object per server binary on stdout, nothing else");
   cmd->callback([opt] { RunLock(*opt); });
