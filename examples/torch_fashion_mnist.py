@@ -1,7 +1,11 @@
 """A user's own PyTorch CNN (LeNet-5's layers) trained on Fashion-MNIST as a gradpress worker.
 
-Start a server with the job's config, then one copy of this script per worker
-(docs/python.md):
+With gradpress.launch (the server and 2 workers, stopped together; docs/python.md):
+
+    PYTHONPATH=build/python:python /usr/bin/python3 -m gradpress.launch --workers 2 \\
+        configs/lenet_fmnist_m5.yaml examples/torch_fashion_mnist.py --epochs 1
+
+or by hand: start a server with the job's config, then one copy of this script per worker:
 
     build/server/gradpress-server --config configs/lenet_fmnist_m5.yaml \\
         --listen 127.0.0.1:50051 --workers 2 & server=$!
@@ -64,7 +68,8 @@ def load(root, split):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--config", required=True, help="the job YAML the server was started with")
+    ap.add_argument("--config", help="the job YAML the server was started with (default: "
+                    "gradpress.launch's, $GRADPRESS_CONFIG)")
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps")
@@ -72,7 +77,9 @@ def main():
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--seed", type=int, default=42)
-    ap.add_argument("--run-dir", help="metrics.jsonl and summary.json go here")
+    ap.add_argument("--run-dir", default=os.environ.get("GRADPRESS_RUN_DIR"),
+                    help="metrics.jsonl and summary.json go here (default: gradpress.launch's "
+                    "run directory, $GRADPRESS_RUN_DIR)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)

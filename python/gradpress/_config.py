@@ -35,6 +35,18 @@ def job_overrides(push=None, pull=None, bucket_mb=None, overrides=None):
     return out
 
 
+def from_launch(config, overrides):
+    """The job ``gradpress.launch`` started the servers with: ``config`` None becomes
+    ``$GRADPRESS_CONFIG``, and ``$GRADPRESS_SET`` (the launch's overrides, one a line) goes
+    before ``overrides``, so a script given no config runs the servers' job."""
+    if config is None:
+        config = os.environ.get("GRADPRESS_CONFIG") or None
+    launched = [line for line in os.environ.get("GRADPRESS_SET", "").splitlines() if line.strip()]
+    if launched:
+        overrides = launched + list(overrides or [])
+    return config, overrides
+
+
 def config_path(config):
     """A job YAML's path as a string, or None for the defaults."""
     if config is None:

@@ -77,7 +77,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
     was started with: the server decides the pull codec and the barrier); ``push``/``pull``
     override its codec blocks (a dict or a shorthand such as
     ``"topk ratio=0.01 then=qsgd levels=16 error_feedback=true"``); ``overrides`` are further
-    ``key=value`` settings, like gradpress-worker's ``--set``. Identity from the arguments,
+    ``key=value`` settings, like gradpress-worker's ``--set``. Under ``gradpress.launch``,
+    ``config=None`` is the servers' job (``$GRADPRESS_CONFIG``) and the launch's ``--set``,
+    ``--push``, ``--pull`` (``$GRADPRESS_SET``) apply before these. Identity from the arguments,
     else ``RANK``, ``WORLD_SIZE``, ``GRADPRESS_SERVER``. With ``run_dir``, the worker writes
     metrics.jsonl (and rank 0 summary.json and config.yaml) there.
 
@@ -108,6 +110,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._names, self._params = names, params
         self._pending_state = None
         self._last = {}
+        config, overrides = _config.from_launch(config, overrides)
         self._session = _C.WorkerSession(
             _config.config_path(config),
             _config.job_overrides(push, pull, bucket_mb, overrides), rank, world_size,
