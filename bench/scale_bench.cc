@@ -9,13 +9,20 @@
 //    "push_ms":..,"pull_ms":..,"imbalance":1.0}
 //
 // push_ms is the Push call (encode and upload), pull_ms the Pull of that step (the wait for
-// every worker's push, the server's work, the download and decode).
+// every worker's push, the server's work, the download and decode). With --ready-file and
+// --go-file the worker writes the first after its warm-up steps and waits (up to 10 min) for
+// the second to exist before the measured ones: scale.sh reads the servers' CPU time between
+// them, so registration, the initial weights and warm-up are not counted per step.
 #include <torch/torch.h>
 #include <yaml-cpp/yaml.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/bench.h"
@@ -35,8 +42,21 @@ struct ScaleOptions {
   int64_t numel = int64_t{1} << 22;
   double partition_mb = 4;
   std::string codec = "none";
+  std::string ready_file, go_file;  // the measured steps start once go_file exists
   bool print_codec = false;
 };
+
+// Writes `ready` and waits for `go` to exist (both "" = no handshake).
+void Handshake(const std::string& ready, const std::string& go) {
+  if (!ready.empty()) std::ofstream(ready) << "ready\n";
+  if (go.empty()) return;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+  while (!std::filesystem::exists(go)) {
+    GP_ENFORCE(std::chrono::steady_clock::now() < deadline, "--go-file ", go,
+               " did not appear within 10 minutes");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
 
 void RunScaleWorker(const ScaleOptions& o) {
   if (o.print_codec) {  // the codec as a YAML block, for the servers' `--set pull=...`
@@ -80,6 +100,7 @@ void RunScaleWorker(const ScaleOptions& o) {
   client.InitOrPull(&params);
   std::vector<double> step, push, pull;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
+    if (s == o.warmup) Handshake(o.ready_file, o.go_file);
     Timer t;
     client.Push(s, grads);
     const double push_ms = t.ElapsedMs();
@@ -120,6 +141,8 @@ void AddScaleCommand(CLI::App& app) {
   cmd->add_option("--steps", opt->steps, "measured steps");
   cmd->add_option("--warmup", opt->warmup, "steps before measuring");
   cmd->add_option("--partition-mb", opt->partition_mb, "cluster.partition_mb");
+  cmd->add_option("--ready-file", opt->ready_file, "written when the warm-up steps are done");
+  cmd->add_option("--go-file", opt->go_file, "the measured steps wait for this file to exist");
   cmd->add_flag("--print-codec", opt->print_codec,
                 "print --codec as the YAML block a server's --set pull= takes, and exit");
   cmd->callback([opt] { RunScaleWorker(*opt); });

@@ -1,7 +1,9 @@
 #include "common/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <exception>
+#include <memory>
 
 namespace gradpress {
 
@@ -38,42 +40,44 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t)>& fn) 
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
-  // Shared state lives on this stack frame: helpers that start after the loop ended find
-  // no work left and only touch `next`, `done` and `mu` before the final notify.
+  // The caller waits for the items, not for the helpers: a helper woken after the items ran
+  // out finds none and leaves (the state is shared, so it may outlive this call), and the
+  // caller never waits for a thread the scheduler has not run yet. Only a helper that took an
+  // item touches fn, and the caller waits for that item's end.
   struct State {
     std::atomic<int64_t> next{0};
     std::mutex mu;
     std::condition_variable cv;
-    int running = 0;
+    int64_t done = 0;
     std::exception_ptr error;
-  } st;
-  auto drain = [&] {
-    for (int64_t i; (i = st.next.fetch_add(1)) < n;) {
+  };
+  auto st = std::make_shared<State>();
+  const std::function<void(int64_t)>* f = &fn;
+  auto drain = [st, n, f] {
+    int64_t ran = 0;
+    std::exception_ptr error;
+    for (int64_t i; (i = st->next.fetch_add(1)) < n; ++ran) {
       try {
-        fn(i);
+        (*f)(i);
       } catch (...) {
-        std::lock_guard<std::mutex> lock(st.mu);
-        if (!st.error) st.error = std::current_exception();
+        if (!error) error = std::current_exception();
       }
     }
+    if (ran == 0) return;
+    std::lock_guard<std::mutex> lock(st->mu);
+    if (error && !st->error) st->error = error;
+    if ((st->done += ran) == n) st->cv.notify_all();
   };
   const int helpers = static_cast<int>(std::min<int64_t>(workers_.size(), n - 1));
-  st.running = helpers;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (int h = 0; h < helpers; ++h) {
-      queue_.emplace_back([&] {
-        drain();
-        std::lock_guard<std::mutex> lock(st.mu);
-        if (--st.running == 0) st.cv.notify_all();
-      });
-    }
+    for (int h = 0; h < helpers; ++h) queue_.emplace_back(drain);
   }
-  cv_.notify_all();
+  for (int h = 0; h < helpers; ++h) cv_.notify_one();
   drain();
-  std::unique_lock<std::mutex> lock(st.mu);
-  st.cv.wait(lock, [&] { return st.running == 0; });
-  if (st.error) std::rethrow_exception(st.error);
+  std::unique_lock<std::mutex> lock(st->mu);
+  st->cv.wait(lock, [&] { return st->done == n; });
+  if (st->error) std::rethrow_exception(st->error);
 }
 
 }  // namespace gradpress

@@ -14,7 +14,8 @@
 # stdout, one object per line). Writes DIR/points.jsonl and DIR/scale.png (gnuplot: step time
 # against workers, a line per S and codec). Each point: workers, servers, codec, rate_mbit,
 # model_mb, step_ms (the slowest worker's median), push_ms, pull_ms (that worker's),
-# server_cpu_ms (the shards' user + system CPU per step, summed), imbalance (largest shard's
+# server_cpu_ms (the shards' user + system CPU per measured step, summed; registration, the
+# initial weights and the warm-up step are left out), imbalance (largest shard's
 # bytes / mean, transport/placement.h). Needs root (network namespaces) like netem.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -74,14 +75,26 @@ for ((s = 0; s < S; s++)); do
   addrs+=("${sips[$s]}:$(cat "$DIR/port-$s")")
 done
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # user + system, clock ticks
-before=(); for ((s = 0; s < S; s++)); do before+=("$(cpu "${pids[$s]}")"); done
+rm -f "$DIR"/ready-* "$DIR/go"
 wpids=()
 for ((r = 0; r < W; r++)); do
   ip netns exec "${wns[$r]}" "$BENCH" scale-worker --servers "$(IFS=,; echo "${addrs[*]}")" \
     --rank "$r" --workers "$W" --numel "$NUMEL" --codec "$CODEC" --steps "$STEPS" \
+    --ready-file "$DIR/ready-$r" --go-file "$DIR/go" \
     >"$DIR/worker-$r.json" 2>"$DIR/worker-$r.log" &
   wpids+=($!)
 done
+# The servers' CPU is read once every worker is past registration, the initial weights and
+# its warm-up step, and waits at the go file: the measured steps only.
+for _ in $(seq 6000); do
+  n=$(find "$DIR" -maxdepth 1 -name "ready-*" | wc -l)
+  [[ $n -eq $W ]] && break
+  for p in "${wpids[@]}"; do kill -0 "$p" 2>/dev/null || { cat "$DIR"/worker-*.log >&2; exit 1; }; done
+  sleep 0.1
+done
+[[ $n -eq $W ]] || { echo "scale.sh: the workers did not finish their warm-up" >&2; exit 1; }
+before=(); for ((s = 0; s < S; s++)); do before+=("$(cpu "${pids[$s]}")"); done
+touch "$DIR/go"
 for p in "${wpids[@]}"; do wait "$p" || { echo "scale.sh: a worker failed:" >&2; cat "$DIR"/worker-*.log >&2; exit 1; }; done
 ticks=0; for ((s = 0; s < S; s++)); do ticks=$((ticks + $(cpu "${pids[$s]}") - ${before[$s]})); done
 echo "$ticks" >"$DIR/server_ticks"
@@ -103,11 +116,10 @@ d, W, S, codec, rate, steps, tck = sys.argv[1], int(sys.argv[2]), int(sys.argv[3
 rows = [json.loads(open(f).read()) for f in sorted(glob.glob(d + "/worker-*.json"))]
 slow = max(rows, key=lambda r: r["step_ms"])
 ticks = int(open(d + "/server_ticks").read())
-warm = 1  # scale-worker's default warm-up step, counted in the servers' CPU too
 print(json.dumps({"workers": W, "servers": S, "codec": codec, "rate_mbit": rate,
                   "model_mb": slow["model_mb"], "step_ms": slow["step_ms"],
                   "push_ms": slow["push_ms"], "pull_ms": slow["pull_ms"],
-                  "server_cpu_ms": ticks * 1000.0 / tck / (steps + warm),
+                  "server_cpu_ms": ticks * 1000.0 / tck / steps,
                   "imbalance": slow["imbalance"]}))
 PY
       [[ $json -eq 1 ]] && tail -n 1 "$out/points.jsonl"

@@ -14,6 +14,11 @@
 #include "server/push_session.h"
 
 namespace gradpress::server {
+namespace {
+
+constexpr size_t kSerialSparseAdd = size_t{1} << 16;  // kept elements of one push
+
+}  // namespace
 
 bool StoreState::TryOwn(PushState& st) {
   Lane& lane = *st.lane;
@@ -87,11 +92,20 @@ void StoreState::AddToAccumulator(PushState& st) {
     for (int64_t e = b, end = std::min(k.numel, b + ModelState::kBlock); e < end; ++e)
       acc[e] += s[e];
   });
-  pool_.ParallelFor(static_cast<int64_t>(sparse.size()), [&](int64_t j) {
+  // Sparse keys: on this thread while the payload is small (waking the pool for a few
+  // thousand adds costs more than the adds), else a key per pool thread.
+  size_t kept = 0;
+  for (size_t j : sparse) kept += st.keys[j].idx.size();
+  auto add = [&](int64_t j) {
     const PayloadIn& in = st.keys[sparse[j]];
     KeyState& k = model_.key(lane.begin + sparse[j]);
     AddSparse(in.idx, in.val, k.numel, k.accum.data(), &k.zeros);
-  });
+  };
+  if (kept < kSerialSparseAdd) {
+    for (size_t j = 0; j < sparse.size(); ++j) add(static_cast<int64_t>(j));
+  } else {
+    pool_.ParallelFor(static_cast<int64_t>(sparse.size()), add);
+  }
 }
 
 PushPullResult StoreState::CommitSync(PushState& st, bool wait) {

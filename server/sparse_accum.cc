@@ -6,6 +6,8 @@
 namespace gradpress::server {
 namespace {
 
+constexpr size_t kAhead = 16;
+
 bool NegativeZero(float x) { return x == 0.f && std::signbit(x); }
 
 }  // namespace
@@ -39,6 +41,8 @@ void AddSparse(const std::vector<int32_t>& idx, const std::vector<float>& val, i
     size_t c = 0;
     for (size_t j = 0; j < idx.size(); ++j) {
       const int32_t i = idx[j];
+      // Scattered over the row: ask for the element kAhead adds ahead (cache misses overlap).
+      if (j + kAhead < idx.size()) __builtin_prefetch(acc + idx[j + kAhead], 1);
       for (; c < zeros.size() && zeros[c] < i; ++c) acc[zeros[c]] += 0.f;
       if (c < zeros.size() && zeros[c] == i) ++c;  // touched: gets its value, not 0
       acc[i] += val[j];
