@@ -63,16 +63,27 @@ std::vector<torch::Tensor> Exchange::Aliases() const {
 double Exchange::ApplyGradients(const std::vector<torch::Tensor>& received) {
   Timer t;
   auto& params = *ctx_.params;
-  for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad().copy_(received[i]);
-  ctx_.optimizer->step();
+  for (size_t i = 0; i < params.size(); ++i) {
+    torch::Tensor& g = params[i].mutable_grad();
+    if (g.defined())
+      g.copy_(received[i]);
+    else
+      g = received[i].clone();  // received is the next step's buffer
+  }
+  StepOptimizer();
   return t.ElapsedMs();
+}
+
+void Exchange::StepOptimizer() {
+  if (ctx_.optimizer) ctx_.optimizer->step();
 }
 
 namespace {
 
+// Each parameter's gradient; zeros for one that got none this step (an unused parameter).
 std::vector<torch::Tensor> Grads(const std::vector<torch::Tensor>& params) {
   std::vector<torch::Tensor> out;
-  for (const auto& p : params) out.push_back(p.grad());
+  for (const auto& p : params) out.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
   return out;
 }
 
@@ -138,7 +149,9 @@ class GaussianExchange : public Exchange {
     auto& params = *ctx_.params;
     std::vector<torch::Tensor> local(params.size()), global(params.size());
     for (size_t i = 0; i < params.size(); ++i) {
-      torch::Tensor g = params[i].grad().detach().to(torch::kCPU, torch::kFloat64);
+      const torch::Tensor& grad = params[i].grad();
+      torch::Tensor g = (grad.defined() ? grad.detach() : torch::zeros_like(params[i]))
+                            .to(torch::kCPU, torch::kFloat64);
       const double mean = g.mean().item<double>();
       const double std = g.numel() > 1 ? g.std(/*unbiased=*/false).item<double>() : 0.0;
       local[i] = torch::tensor({static_cast<float>(mean), static_cast<float>(std)});
@@ -151,14 +164,15 @@ class GaussianExchange : public Exchange {
       for (size_t i = 0; i < params.size(); ++i) {
         const float mean_i = local[i][0].item<float>(), std_i = local[i][1].item<float>();
         const float mean = global[i][0].item<float>(), std = global[i][1].item<float>();
-        torch::Tensor g = params[i].mutable_grad();
+        torch::Tensor& g = params[i].mutable_grad();
+        if (!g.defined()) g = torch::zeros_like(params[i]);
         if (std_i > 1e-12f)
           g.sub_(mean_i).mul_(std / std_i).add_(mean);
         else
           g.fill_(mean);
       }
     }
-    ctx_.optimizer->step();
+    StepOptimizer();
     m->compute_ms += t.ElapsedMs();
   }
 };
@@ -167,13 +181,19 @@ class GaussianExchange : public Exchange {
 
 std::unique_ptr<Exchange> MakeExchange(ExchangeContext ctx) {
   const Config& c = *ctx.config;
-  if (c.sync.every > 1) return MakePeriodicExchange(ctx);
-  if (c.sync.exchange == "gaussian") return std::make_unique<GaussianExchange>(ctx);
-  if (c.sync.overlap && c.sync.mode == "sync") {
+  if (c.sync.every == 1 && c.sync.exchange != "gaussian" && c.sync.overlap &&
+      c.sync.mode == "sync") {
     // One bucket cannot overlap anything (it is ready when backward ends): the serial step.
     std::vector<int> split = BucketScheduler::Split(*ctx.params, c.sync.bucket_mb);
     if (split.size() > 1) return MakePipelinedExchange(ctx, std::move(split));
   }
+  return MakeSerialExchange(ctx);
+}
+
+std::unique_ptr<Exchange> MakeSerialExchange(ExchangeContext ctx) {
+  const Config& c = *ctx.config;
+  if (c.sync.every > 1) return MakePeriodicExchange(ctx);
+  if (c.sync.exchange == "gaussian") return std::make_unique<GaussianExchange>(ctx);
   if (c.sync.exchange == "weights") return std::make_unique<WeightsExchange>(ctx);
   return std::make_unique<GradientsExchange>(ctx);
 }

@@ -56,7 +56,11 @@ struct ExchangeContext {
   int rank = 0;  // for logs
   PsClient* client = nullptr;
   std::vector<torch::Tensor>* params = nullptr;  // the model's parameters (leaves)
-  torch::optim::Optimizer* optimizer = nullptr;  // null for exchange=weights
+  // The local optimizer; null for exchange=weights, and when the caller steps its own
+  // (gradpress.torch: a Python optimizer): gradient methods then leave the averaged (or
+  // rescaled) gradients in p.grad for it, and method 6 expects it to have stepped on the
+  // worker's own gradients before Finish.
+  torch::optim::Optimizer* optimizer = nullptr;
 };
 
 // What the Trainer needs to know of a method's exchange, fixed once it is made.
@@ -130,16 +134,21 @@ class Exchange {
  protected:
   // A whole-model call of `step` with the lr set for it.
   StepCall Call(int64_t step, int64_t base_step = 0) const;
-  // Copies `received` into p.grad and steps the optimizer; returns the ms it took.
+  // Copies `received` into p.grad (zeros where a parameter had none) and steps the
+  // optimizer, if there is one; returns the ms it took.
   double ApplyGradients(const std::vector<torch::Tensor>& received);
   std::vector<torch::Tensor> Aliases() const;  // detached aliases of the parameters
   std::vector<torch::Tensor> ZerosLikeParams() const;
+  // Steps the local optimizer, if there is one (else the caller steps its own).
+  void StepOptimizer();
   ExchangeContext ctx_;
   ExchangeTraits traits_;
   std::optional<double> server_lr_;  // SetLr's, when the server follows it
 };
 
 std::unique_ptr<Exchange> MakeExchange(ExchangeContext ctx);
+// The same choice without the pipelined step (a caller that feeds buckets itself).
+std::unique_ptr<Exchange> MakeSerialExchange(ExchangeContext ctx);
 // Method 6 (exchange_periodic.cc); MakeExchange picks it for sync.every > 1.
 std::unique_ptr<Exchange> MakePeriodicExchange(ExchangeContext ctx);
 // Methods 1-5 pipelined (pipelined_exchange.cc): sync.overlap, `split` of several buckets.

@@ -29,7 +29,7 @@ class PeriodicExchange : public Exchange {
   void Finish(int64_t step, StepMetrics* m) override {
     (void)step;
     Timer t;
-    ctx_.optimizer->step();  // the worker's own gradient; the update is pushed at the next sync
+    StepOptimizer();  // the worker's own gradient; the update is pushed at the next sync
     m->compute_ms += t.ElapsedMs();
     if (++since_sync_ < ctx_.config->sync.every) return;
     Merge(Sync(), Concurrency::kSerial, m);

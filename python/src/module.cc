@@ -100,6 +100,9 @@ PYBIND11_MODULE(_C, m) {
           },
           py::arg("lr"), "wait for the step's averaged gradients and write them into p.grad")
       .def("end_step", &WorkerSession::EndStep, py::arg("loss"))
+      .def("end_epoch", &WorkerSession::EndEpoch, py::arg("epoch"), py::arg("accuracy"),
+           py::call_guard<py::gil_scoped_release>(),
+           "the epoch rule of method 6; returns the accuracy of the weights kept")
       .def("close", &WorkerSession::Close, py::arg("flush_rows") = true,
            py::call_guard<py::gil_scoped_release>())
       .def("save_state", [](const WorkerSession& s) { return py::bytes(s.SaveState()); })
@@ -108,6 +111,7 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("connected", &WorkerSession::connected)
       .def_property_readonly("pipelined", &WorkerSession::pipelined)
       .def_property_readonly("weights", &WorkerSession::weights)
+      .def_property_readonly("local_steps", &WorkerSession::local_steps)
       .def_property_readonly("step", &WorkerSession::step)
       .def_property_readonly("rank", &WorkerSession::rank)
       .def_property_readonly("world_size", &WorkerSession::world_size)

@@ -23,16 +23,8 @@ Config LoadJobConfig(const SessionOptions& o) {
                                : LoadConfig(o.config_path, o.overrides);
 }
 
-// The methods this front end runs so far: 1-5.
-void CheckMethod(const Config& c) {
-  GP_ENFORCE(c.sync.mode == "sync", "gradpress.torch supports sync.mode 'sync' (methods 1-5) so ",
-             "far, not '", c.sync.mode, "'");
-  GP_ENFORCE(c.sync.exchange == "gradients" || c.sync.exchange == "weights",
-             "gradpress.torch supports sync.exchange 'gradients' and 'weights' (methods 1-5) so "
-             "far, not '",
-             c.sync.exchange, "'");
-  GP_ENFORCE(c.sync.every == 1, "gradpress.torch supports sync.every 1 (methods 1-5) so far, not ",
-             c.sync.every);
+// What this front end does not run (yet): the rest is every method the C++ worker runs.
+void CheckSupported(const Config& c) {
   GP_ENFORCE(c.compress.clip_norm <= 0 && c.compress.dynamic.ladder.empty() &&
                  c.compress.warmup_epochs == 0,
              "gradpress.torch does not run compress.clip_norm, compress.dynamic or ",
@@ -57,7 +49,7 @@ WorkerSession::WorkerSession(SessionOptions options, std::vector<std::string> na
       params_(std::move(params)),
       rows_(std::make_shared<worker::RowOutbox>()),
       files_(opt_.run_dir, id_.rank, rows_) {
-  CheckMethod(config_);
+  CheckSupported(config_);
   weights_ = config_.sync.exchange == "weights";
   config_.cluster.workers = id_.workers;  // the job's world size, as the server expects it
   config_.cluster.servers = ResolveServers(config_);
@@ -81,13 +73,25 @@ WorkerSession::WorkerSession(SessionOptions options, std::vector<std::string> na
   client_ = worker::MakeWorkerClient(config_, co, params_);
   // A restarted shard met inside an exchange takes these weights (as the Trainer's).
   if (client_.sharded) client_.sharded->set_weights_source([this] { return Aliases(); });
-  if (config_.sync.overlap) {
+  // Methods 1-5 in sync: buckets from backward's hooks when the model splits into several
+  // (one bucket overlaps nothing). Else the C++ worker's serial exchange of the method, the
+  // Python optimizer stepping where the C++ one would (worker/exchange.h).
+  if (config_.sync.overlap && config_.sync.mode == "sync" && config_.sync.every == 1 &&
+      config_.sync.exchange != "gaussian") {
     std::vector<int> split = worker::BucketScheduler::Split(params_, config_.sync.bucket_mb);
-    if (split.size() > 1) {  // one bucket overlaps nothing: the serial step
+    if (split.size() > 1) {
       split_ = split;
       scheduler_ = std::make_unique<worker::BucketScheduler>(client_.client.get(), split_,
                                                              std::min<int>(8, split_.size()));
     }
+  }
+  if (!scheduler_) {
+    worker::ExchangeContext ctx;
+    ctx.config = &config_;
+    ctx.rank = id_.rank;
+    ctx.client = client_.client.get();
+    ctx.params = &params_;
+    exchange_ = worker::MakeSerialExchange(ctx);
   }
   got_.assign(params_.size(), 0);
   if (!opt_.run_dir.empty()) {
@@ -105,15 +109,25 @@ WorkerSession::~WorkerSession() {
 
 bool WorkerSession::Connect() {
   GP_ENFORCE_AS(FailedPrecondition, !closed_, "the session is closed");
+  int64_t server_step = step_;
   if (!connected_) {
     std::vector<compressors::TensorSpec> specs;
     for (size_t i = 0; i < params_.size(); ++i)
-      specs.push_back({names_[i], params_[i].sizes().vec()});
+      specs.push_back(
+          {names_[i], exchange_ ? exchange_->KeyShape(params_[i]) : params_[i].sizes().vec()});
     const worker::RegisterInfo info = client_.client->Register(specs, split_);
-    step_ = info.server_step;  // a server past step 0: this worker joins at its step
+    server_step = info.server_step;  // a server past step 0: this worker joins at its step
+    server_rank_ = info.rank;
   }
-  std::vector<torch::Tensor> weights = Aliases();  // InitOrPull writes into the parameters
-  const bool ours = client_.client->InitOrPull(&weights);
+  bool ours = false;
+  if (exchange_ && exchange_->traits().stats_keys) {
+    exchange_->Init();  // gaussian: the server holds statistics, not weights
+  } else {
+    std::vector<torch::Tensor> weights = Aliases();  // InitOrPull writes into the parameters
+    ours = client_.client->InitOrPull(&weights);
+  }
+  // The local step there (async and method 6 count their own; the others the server's).
+  step_ = exchange_ ? exchange_->Reset(server_step) : server_step;
   connected_ = true;
   since_end_.Restart();
   return ours;
@@ -146,20 +160,16 @@ StepMetrics WorkerSession::Exchange(double lr) {
     worker::Merge(scheduler_->Finish(params_, &m.exposed_comm_ms), worker::Concurrency::kSerial,
                   &m);
     m.overlap = true;
+    if (!weights_) WriteGradients();  // weights were written into the parameters
   } else {
+    // The method's own exchange: gradient methods leave the averaged gradients in p.grad
+    // (zeros pushed for a parameter without one), weights land in the parameters, method 6
+    // syncs every sync.every steps (the caller stepped already).
     Timer wall;
-    std::vector<torch::Tensor> grads;
-    for (const auto& p : params_)
-      grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));  // unused: zeros
-    worker::StepCall call;
-    call.step = step_;
-    call.lr = lr;  // the server's SGD (weights) or its shadow weights follow the worker's lr
-    std::vector<torch::Tensor> weights = Aliases();
-    worker::Merge(client_.client->PushPull(call, grads, weights_ ? &weights : &received_),
-                  worker::Concurrency::kSerial, &m);
+    exchange_->SetLr(lr);  // the server's SGD (weights) or shadow weights follow the lr
+    exchange_->Finish(step_, &m);
     m.exposed_comm_ms = wall.ElapsedMs();
   }
-  if (!weights_) WriteGradients();  // weights were written into the parameters
   m.step = step_++;
   pending_ = m;
   has_pending_ = true;
@@ -192,6 +202,15 @@ void WorkerSession::WriteGradients() {
   }
 }
 
+double WorkerSession::EndEpoch(int64_t epoch, double accuracy) {
+  GP_ENFORCE_AS(FailedPrecondition, connected_ && !closed_,
+                "end_epoch: call broadcast_parameters first (and not after close)");
+  if (!exchange_) return accuracy;  // the pipelined methods 1-5 have no epoch rule
+  StepMetrics m;
+  return exchange_->EndEpoch(
+      epoch, [accuracy] { return accuracy; }, server_rank_, &m);
+}
+
 void WorkerSession::EndStep(double loss) {
   GP_ENFORCE(has_pending_, "WorkerSession::EndStep without Exchange");
   StepMetrics& m = pending_;
@@ -210,6 +229,7 @@ void WorkerSession::Close(bool flush_rows) {
   if (closed_) return;
   closed_ = true;
   scheduler_.reset();  // its threads end; no step is in flight between steps
+  exchange_.reset();
   if (connected_) {
     worker::TrainSummary s;
     s.steps = totals_.steps;

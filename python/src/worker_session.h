@@ -5,17 +5,22 @@
 // identity from RANK / WORLD_SIZE / GRADPRESS_SERVER), the client gradpress-worker uses
 // (worker/client_factory.h: gRPC, one server or the sharded composite, the push codecs' state),
 // the BucketScheduler's pipelined buckets (worker/bucket_scheduler.h) or PsClient::PushPull for
-// the serial step, and RunFiles (worker/run_files.h) for metrics.jsonl, the dashboard's rows and
-// summary.json. Methods 1-5 (sync, sync.every 1): exchange=gradients (3-5) writes the averaged
-// gradients into p.grad for the caller's optimizer; exchange=weights (1-2) writes the server's
-// weights (its SGD stepped with the lr given) into the parameters, and the caller's optimizer
-// does not step.
+// the other steps (worker/exchange.h's serial exchanges, with the caller's optimizer), and
+// RunFiles (worker/run_files.h) for metrics.jsonl, the dashboard's rows and summary.json.
+// exchange=gradients (3-5) writes the averaged gradients into p.grad for the caller's
+// optimizer; exchange=weights (1-2, sync or async) writes the server's weights (its SGD
+// stepped with the lr given) into the parameters, and the caller's optimizer does not step;
+// sync.every K > 1 (method 6): the caller steps on its own gradients first (local_steps()),
+// every K-th Exchange averages the update since the last sync, and EndEpoch applies the
+// epoch rule (the best worker's weights, or a final average).
 //
 //   WorkerSession s(options, names, params);   // params: the model's leaf tensors (aliases)
 //   s.Connect();                               // Register + InitOrPull (broadcast_parameters)
 //   per step: backward's hooks call s.Gradient(i, g, lr) (s.pipelined()); then
 //             StepMetrics m = s.Exchange(lr);  // the averaged gradients are in p.grad
 //             ... the wrapped optimizer steps ...;  s.EndStep(loss);
+//             (local_steps(): the optimizer steps before Exchange)
+//   per epoch (optional; method 6's rule): acc = s.EndEpoch(epoch, my_test_accuracy);
 //   s.Close();                                 // summary.json (rank 0), last dashboard rows
 //
 // Gradients are held, not copied, until Exchange returns. A key that got no gradient in a
@@ -36,6 +41,7 @@
 #include "common/timer.h"
 #include "worker/bucket_scheduler.h"
 #include "worker/client_factory.h"
+#include "worker/exchange.h"
 #include "worker/run_files.h"
 #include "worker/step_metrics.h"
 
@@ -74,6 +80,9 @@ class WorkerSession {
   StepMetrics Exchange(double lr);
   // After the local optimizer's step: the step's timing, its metrics line and dashboard row.
   void EndStep(double loss);
+  // The end of an epoch with this worker's test accuracy: method 6 applies its epoch rule
+  // (sync.model_selection) and returns the accuracy of the weights kept; else `accuracy`.
+  double EndEpoch(int64_t epoch, double accuracy);
   // summary.json (rank 0, with a run directory), the dashboard's last rows (flush_rows: a
   // Heartbeat, retried while the server is unreachable; a failure is logged), and the end
   // of the client and its heartbeat thread. Idempotent; nothing else may be called after.
@@ -86,6 +95,8 @@ class WorkerSession {
   bool connected() const { return connected_; }
   bool pipelined() const { return scheduler_ != nullptr; }
   bool weights() const { return weights_; }  // methods 1-2: the server steps
+  // Method 6: the caller's optimizer steps on its own gradients before Exchange.
+  bool local_steps() const { return config_.sync.every > 1; }
   int64_t step() const { return step_; }
   int rank() const { return id_.rank; }
   int world_size() const { return id_.workers; }
@@ -110,7 +121,9 @@ class WorkerSession {
   std::vector<int> split_;                  // keys per bucket (empty: the serial step)
   std::shared_ptr<worker::RowOutbox> rows_;
   worker::WorkerClient client_;
-  std::unique_ptr<worker::BucketScheduler> scheduler_;
+  std::unique_ptr<worker::BucketScheduler> scheduler_;  // the pipelined step, or
+  std::unique_ptr<worker::Exchange> exchange_;          // the method's serial exchange
+  int server_rank_ = 0;                                 // the server's numbering (Elect)
   worker::RunFiles files_;
   worker::MetricTotals totals_;
   int64_t dense_bytes_ = 0;

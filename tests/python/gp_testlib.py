@@ -54,11 +54,12 @@ def reference_weights(steps, workers, lr, momentum):
 
 
 def job_yaml(push="{codec: none}", pull="{codec: none}", workers=2, overlap=True, bucket_mb=4.0,
-             lr=0.1, momentum=0.9, min_numel=1024, exchange="gradients"):
+             lr=0.1, momentum=0.9, min_numel=1024, exchange="gradients", mode="sync", every=1,
+             sync_extra=""):
     return (f"name: pytest\ncluster: {{workers: {workers}}}\n"
             f"train: {{lr: {lr}, momentum: {momentum}}}\n"
-            f"sync: {{mode: sync, exchange: {exchange}, every: 1, overlap: {str(overlap).lower()}, "
-            f"bucket_mb: {bucket_mb}}}\n"
+            f"sync: {{mode: {mode}, exchange: {exchange}, every: {every}, "
+            f"overlap: {str(overlap).lower()}, bucket_mb: {bucket_mb}{sync_extra}}}\n"
             f"push: {push}\npull: {pull}\ncompress: {{min_numel: {min_numel}}}\n"
             "server: {worker_timeout_s: 30, deadline_s: 60}\n")
 
@@ -66,14 +67,16 @@ def job_yaml(push="{codec: none}", pull="{codec: none}", workers=2, overlap=True
 class Server:
     """gradpress-server on 127.0.0.1:<free port> with `config`; stop() ends it."""
 
-    def __init__(self, directory, config, workers=2, deadline_s=30):
+    def __init__(self, directory, config, workers=2, deadline_s=30, shard=None, shards=None):
         directory = pathlib.Path(directory)
-        port_file = directory / "server.port"
-        self.log_path = directory / "server.log"
+        name = "server" if shard is None else f"server-{shard}"
+        port_file = directory / f"{name}.port"
+        self.log_path = directory / f"{name}.log"
         self._log = open(self.log_path, "w")
+        sharding = [] if shard is None else ["--shard", str(shard), "--shards", str(shards)]
         self.proc = subprocess.Popen(
             [str(SERVER), "--config", str(config), "--listen", "127.0.0.1:0", "--port-file",
-             str(port_file), "--workers", str(workers), "--log-level", "warn"],
+             str(port_file), "--workers", str(workers), "--log-level", "warn"] + sharding,
             stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + deadline_s
         while not port_file.exists():
@@ -121,3 +124,38 @@ def run_workers(args_per_rank, env_per_rank=None, timeout_s=180):
                 p.kill()
                 p.wait()
     return out
+
+
+def train_pair(tmp_path, yaml_text, steps, extra=(), env=None, run_dir=False, shards=None):
+    """Two worker_process.py workers against a server started from `yaml_text` (or `shards`
+    server shards); identity from arguments, or from the environment when `env` is given.
+    Returns each rank's saved results (torch.load of its --out)."""
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml_text)
+    servers = [Server(tmp_path, config)] if shards is None else [
+        Server(tmp_path, config, shard=s, shards=shards) for s in range(shards)]
+    address = ",".join(s.address for s in servers)
+    try:
+        args = []
+        for r in range(2):
+            a = ["--config", str(config), "--steps", str(steps), "--out",
+                 str(tmp_path / f"w{r}.pt")] + list(extra)
+            if env is None:
+                a += ["--rank", str(r), "--world-size", "2", "--server", address]
+            if run_dir:
+                a += ["--run-dir", str(tmp_path / "run")]
+            args.append(a)
+        envs = None
+        if env is not None:
+            ident = dict(WORLD_SIZE="2", GRADPRESS_SERVER=servers[0].address)
+            if shards is not None:
+                ident["GRADPRESS_SERVERS"] = address
+            envs = [dict(env, RANK=str(r), **ident) for r in range(2)]
+        results = run_workers(args, envs)
+        for rc, text in results:
+            logs = "\n".join(s.log() for s in servers)
+            assert rc == 0, f"worker failed:\n{text}\nserver log:\n{logs}"
+    finally:
+        for s in servers:
+            s.stop()
+    return [torch.load(tmp_path / f"w{r}.pt") for r in range(2)]

@@ -47,12 +47,8 @@ def test_bad_config_and_identity():
         make(model, overrides=["train.lrr=0.1"])
     with pytest.raises(ValueError, match="rank"):
         make(model, rank=2, world_size=2)
-    with pytest.raises(ValueError, match="methods 1-5"):
-        make(model, overrides=["sync.exchange=gaussian"])
-    with pytest.raises(ValueError, match="methods 1-5"):
-        make(model, overrides=["sync.every=20"])
-    with pytest.raises(ValueError, match="methods 1-5"):
-        make(model, overrides=["sync.mode=async", "sync.exchange=weights"])
+    with pytest.raises(ValueError, match="compress.clip_norm"):
+        make(model, overrides=["compress.clip_norm=1.0"])
     with pytest.raises(TypeError):
         make(model, push=3)
 

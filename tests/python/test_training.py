@@ -6,33 +6,7 @@ import torch
 
 import gp_testlib
 import gradpress.torch as gp
-from gp_testlib import Server, job_yaml, run_workers
-
-
-def train_pair(tmp_path, yaml_text, steps, extra=(), env=None, run_dir=False):
-    config = tmp_path / "job.yaml"
-    config.write_text(yaml_text)
-    server = Server(tmp_path, config)
-    try:
-        args = []
-        for r in range(2):
-            a = ["--config", str(config), "--steps", str(steps), "--out",
-                 str(tmp_path / f"w{r}.pt")] + list(extra)
-            if env is None:
-                a += ["--rank", str(r), "--world-size", "2", "--server", server.address]
-            if run_dir:
-                a += ["--run-dir", str(tmp_path / "run")]
-            args.append(a)
-        envs = None
-        if env is not None:
-            envs = [dict(env, RANK=str(r), WORLD_SIZE="2", GRADPRESS_SERVER=server.address)
-                    for r in range(2)]
-        results = run_workers(args, envs)
-        for rc, text in results:
-            assert rc == 0, f"worker failed:\n{text}\nserver log:\n{server.log()}"
-    finally:
-        server.stop()
-    return [torch.load(tmp_path / f"w{r}.pt") for r in range(2)]
+from gp_testlib import Server, job_yaml, train_pair
 
 
 @pytest.mark.parametrize("exchange", ["gradients", "weights"], ids=["method3", "method1"])

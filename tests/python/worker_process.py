@@ -27,6 +27,8 @@ def main():
     ap.add_argument("--unused", action="store_true")
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--end-epoch", action="store_true",
+                    help="after the steps: end_epoch(0, accuracy 0.5 + 0.1 * rank)")
     ap.add_argument("--gil-check", help="a directory: rank 1 waits in step 0 for a file that a "
                     "Python thread of rank 0 writes while rank 0 waits inside step()")
     a = ap.parse_args()
@@ -63,6 +65,8 @@ def main():
         opt.step()
         stats.append(opt.stats())
         losses.append(loss.item())
+    before_epoch = {n: p.detach().clone() for n, p in model.named_parameters()}
+    adopted = opt.end_epoch(0, 0.5 + 0.1 * rank) if a.end_epoch else None
     sd = opt.state_dict()
     opt.load_state_dict(sd)  # the codec state goes back in as it came out
     assert opt.state_dict()["gradpress"]["codec_state"] == sd["gradpress"]["codec_state"]
@@ -70,7 +74,8 @@ def main():
     opt.close()
     torch.save({"weights": {n: p.detach().clone() for n, p in model.named_parameters()},
                 "stats": stats, "losses": losses, "won": won, "rank": rank,
-                "state": sd["gradpress"], "unused_grad": unused_grad}, a.out)
+                "state": sd["gradpress"], "unused_grad": unused_grad,
+                "before_epoch": before_epoch, "adopted": adopted}, a.out)
     print(f"worker {rank}: done")
 
 

@@ -73,7 +73,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
     ``p.grad`` and the wrapped optimizer steps. Methods 1-2 (``exchange: weights``): the
     server steps SGD (the job's ``train.momentum``, ``weight_decay``, ``nesterov``) with the
     wrapped optimizer's lr, its weights come back into the parameters, and the wrapped
-    optimizer does not step. ``config`` is a job YAML (the one the server
+    optimizer does not step; ``sync.mode: async`` with ``sync.max_staleness`` too. Method 6
+    (``sync.every: K``): the wrapped optimizer steps on the worker's own gradients, every
+    K-th ``step()`` averages the update since the last sync, and ``end_epoch`` applies the
+    epoch rule. ``config`` is a job YAML (the one the server
     was started with: the server decides the pull codec and the barrier); ``push``/``pull``
     override its codec blocks (a dict or a shorthand such as
     ``"topk ratio=0.01 then=qsgd levels=16 error_feedback=true"``); ``overrides`` are further
@@ -148,12 +151,23 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        session.exchange(self.param_groups[0]["lr"])  # the GIL is released while it waits
-        if not session.weights:  # methods 1-2: the server stepped, its weights are in place
+        if session.local_steps:  # method 6: a local step; every sync.every-th is averaged
             self._optimizer.step()
+            session.exchange(self.param_groups[0]["lr"])
+        else:
+            session.exchange(self.param_groups[0]["lr"])  # the GIL is released while it waits
+            if not session.weights:  # methods 1-2: the server stepped, its weights are in place
+                self._optimizer.step()
         session.end_step(float(loss) if loss is not None else 0.0)
         self._last = session.last()
         return loss
+
+    def end_epoch(self, epoch, accuracy):
+        """The end of an epoch, with this worker's test accuracy. Method 6 applies its epoch
+        rule (``sync.model_selection``: ``best``, every worker adopts the weights of the one
+        with the best accuracy; ``average``, a last averaging sync) and returns the accuracy
+        of the weights kept; the other methods return ``accuracy``. Call it on every worker."""
+        return self._open().end_epoch(int(epoch), float(accuracy))
 
     def zero_grad(self, set_to_none=False):
         self._optimizer.zero_grad(set_to_none=set_to_none)

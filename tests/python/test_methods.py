@@ -1,0 +1,83 @@
+"""gradpress.torch beyond methods 3-5 in sync: method 6 (sync.every, the epoch rule), async
+methods 1-2 and several server shards, with the keys the C++ worker takes (issue 31)."""
+import torch
+
+import gp_testlib
+from gp_testlib import job_yaml, train_pair
+
+
+def local_sgd_reference(steps, every, lr, momentum):
+    """Two workers stepping SGD on their own batches from the same init; every `every` steps
+    both take the mean of their weights (method 6 with codec none: the anchor minus the
+    averaged update). Each keeps its own momentum buffer, as each worker's optimizer does."""
+    models = [gp_testlib.make_model() for _ in range(2)]
+    opts = [torch.optim.SGD(m.parameters(), lr=lr, momentum=momentum) for m in models]
+    for step in range(steps):
+        for r, (m, o) in enumerate(zip(models, opts)):
+            x, y = gp_testlib.batch(r, step)
+            o.zero_grad()
+            torch.nn.functional.cross_entropy(m(x), y).backward()
+            o.step()
+        if (step + 1) % every == 0:
+            with torch.no_grad():
+                for p0, p1 in zip(models[0].parameters(), models[1].parameters()):
+                    mean = (p0 + p1) / 2
+                    p0.copy_(mean)
+                    p1.copy_(mean)
+    return [{n: p.detach().clone() for n, p in m.named_parameters()} for m in models]
+
+
+def test_method6_local_steps_then_the_average_every_k(tmp_path):
+    # sync.every 2, codec none: steps 0-1 local, then both workers hold the mean; steps 2-3
+    # likewise. model_selection average: end_epoch has nothing left to sync (4 = 2 x 2).
+    steps, every = 4, 2
+    w = train_pair(tmp_path, job_yaml(overlap=False, every=every,
+                                      sync_extra=", model_selection: average"), steps,
+                   extra=["--end-epoch"])
+    ref = local_sgd_reference(steps, every, lr=0.1, momentum=0.9)
+    for name in ref[0]:
+        for r in range(2):
+            torch.testing.assert_close(w[r]["weights"][name], ref[0][name], rtol=1e-5,
+                                       atol=1e-6, msg=f"rank {r} {name}")
+    assert [x["adopted"] for x in w] == [0.5, 0.6]  # average: each keeps its own accuracy
+    # Bytes only on the syncing steps (the second of each pair).
+    ups = [s["bytes_up"] for s in w[0]["stats"]]
+    assert ups[0] == 0 and ups[2] == 0 and ups[1] > 0 and ups[3] > 0, ups
+
+
+def test_method6_best_worker_rule_at_the_end_of_an_epoch(tmp_path):
+    # model_selection best: rank 1 reports the better accuracy (0.6), so both workers end
+    # with rank 1's weights, its local step after the last sync included.
+    w = train_pair(tmp_path, job_yaml(overlap=False, every=2, sync_extra=", model_selection: best"),
+                   steps=3, extra=["--end-epoch"])
+    assert [x["adopted"] for x in w] == [0.6, 0.6]
+    for name, p in w[1]["before_epoch"].items():
+        assert torch.equal(w[0]["weights"][name], p), name
+        assert torch.equal(w[1]["weights"][name], p), name
+    assert not torch.equal(w[0]["before_epoch"]["fc2.weight"], w[1]["before_epoch"]["fc2.weight"])
+
+
+def test_async_method1_every_push_counts(tmp_path):
+    # Method 1 asynchronous: each worker's push steps the server's SGD at once; with
+    # max_staleness above the steps none is refused, so the server counts 2 x 4 pushes.
+    steps = 4
+    w = train_pair(tmp_path, job_yaml(overlap=False, exchange="weights", mode="async",
+                                      sync_extra=", max_staleness: 16"), steps)
+    for r in range(2):
+        assert [s["step"] for s in w[r]["stats"]] == list(range(steps))  # local steps from 0
+        assert not any(s.get("stale") for s in w[r]["stats"])
+    assert max(w[r]["stats"][-1]["server_step"] for r in range(2)) == 2 * steps
+
+
+def test_two_server_shards_match_one_process(tmp_path):
+    # The model's keys spread over 2 shards (cluster.partition_mb small enough to split it);
+    # codec none, method 3: the weights of one process training on both workers' batches.
+    steps = 3
+    text = job_yaml(overlap=False) + "cluster: {workers: 2, partition_mb: 0.001}\n"
+    text = text.replace("cluster: {workers: 2}\n", "", 1)
+    w = train_pair(tmp_path, text, steps, env={}, shards=2)
+    ref = gp_testlib.reference_weights(steps, workers=2, lr=0.1, momentum=0.9)
+    for name, expected in ref.items():
+        for r in range(2):
+            torch.testing.assert_close(w[r]["weights"][name], expected, rtol=1e-5, atol=1e-6,
+                                       msg=f"rank {r} {name}")
