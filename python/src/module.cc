@@ -84,7 +84,8 @@ PYBIND11_MODULE(_C, m) {
            py::arg("rank"), py::arg("world_size"), py::arg("server"), py::arg("run_dir"),
            py::arg("incarnation"), py::arg("names"), py::arg("params"),
            py::call_guard<py::gil_scoped_release>())
-      .def("connect", &WorkerSession::Connect, py::call_guard<py::gil_scoped_release>(),
+      .def("connect", &WorkerSession::Connect, py::arg("restored_step") = std::nullopt,
+           py::call_guard<py::gil_scoped_release>(),
            "Register (once) and adopt the server's initial weights; True if ours were kept")
       .def("gradient", &WorkerSession::Gradient, py::arg("key"), py::arg("grad"), py::arg("lr"),
            py::call_guard<py::gil_scoped_release>())

@@ -107,7 +107,7 @@ WorkerSession::~WorkerSession() {
   }
 }
 
-bool WorkerSession::Connect() {
+bool WorkerSession::Connect(std::optional<int64_t> restored_step) {
   GP_ENFORCE_AS(FailedPrecondition, !closed_, "the session is closed");
   int64_t server_step = step_;
   if (!connected_) {
@@ -120,11 +120,22 @@ bool WorkerSession::Connect() {
     server_rank_ = info.rank;
   }
   bool ours = false;
-  if (exchange_ && exchange_->traits().stats_keys) {
+  const bool keep_own = restored_step && *restored_step == server_step && server_step > 0 &&
+                        !weights_ && !(exchange_ && exchange_->traits().stats_keys);
+  if (keep_own) {
+    spdlog::info("worker-{}: rejoins at step {} with the weights of its own checkpoint", id_.rank,
+                 server_step);
+  } else if (exchange_ && exchange_->traits().stats_keys) {
     exchange_->Init();  // gaussian: the server holds statistics, not weights
   } else {
     std::vector<torch::Tensor> weights = Aliases();  // InitOrPull writes into the parameters
     ours = client_.client->InitOrPull(&weights);
+  }
+  if (restored_step && !keep_own && server_step > 0) {
+    spdlog::warn(
+        "worker-{}: its state is of step {}, the server is at step {}: it goes on "
+        "from the server's weights with the optimizer state of step {}",
+        id_.rank, *restored_step, server_step, *restored_step);
   }
   // The local step there (async and method 6 count their own; the others the server's).
   step_ = exchange_ ? exchange_->Reset(server_step) : server_step;

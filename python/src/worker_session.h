@@ -71,8 +71,12 @@ class WorkerSession {
   WorkerSession& operator=(const WorkerSession&) = delete;
 
   // Registers (once) and adopts the server's initial weights into the parameters (the first
-  // worker's offer wins). Returns whether ours were kept.
-  bool Connect();
+  // worker's offer wins). Returns whether ours were kept. restored_step: the step of a
+  // state_dict the caller loaded (a restarted worker, its own checkpoint in the parameters):
+  // at the server's step (past 0) and for a gradient method, the parameters are kept, as the
+  // C++ worker keeps a checkpoint of the server's step; else the server's weights are taken
+  // (methods 1-2: the model; 3-6: server.shadow_weights, the workers' weights of its step).
+  bool Connect(std::optional<int64_t> restored_step = std::nullopt);
   // A parameter's gradient from its hook (pipelined() only); lr: the step's learning rate.
   void Gradient(size_t key, const torch::Tensor& grad, double lr);
   // Waits for the step's exchange and writes the averaged gradients into p.grad (weights:

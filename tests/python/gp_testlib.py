@@ -103,15 +103,18 @@ class Server:
         self._log.close()
 
 
+def start_worker(args, env=None):
+    """One worker_process.py, started (stdout and stderr together, as text)."""
+    full = dict(os.environ)
+    full.update(env or {})
+    return subprocess.Popen([sys.executable, str(WORKER_SCRIPT)] + args, env=full,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
 def run_workers(args_per_rank, env_per_rank=None, timeout_s=180):
     """Starts one worker_process.py per rank at once; returns their (returncode, output)."""
-    procs = []
-    for r, args in enumerate(args_per_rank):
-        env = dict(os.environ)
-        env.update((env_per_rank or [{}] * len(args_per_rank))[r])
-        procs.append(subprocess.Popen([sys.executable, str(WORKER_SCRIPT)] + args, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True))
+    envs = env_per_rank or [{}] * len(args_per_rank)
+    procs = [start_worker(args, envs[r]) for r, args in enumerate(args_per_rank)]
     deadline = time.monotonic() + timeout_s
     out = []
     try:

@@ -81,3 +81,43 @@ def test_two_server_shards_match_one_process(tmp_path):
         for r in range(2):
             torch.testing.assert_close(w[r]["weights"][name], expected, rtol=1e-5, atol=1e-6,
                                        msg=f"rank {r} {name}")
+
+
+def test_restarted_worker_rejoins_with_load_state_dict(tmp_path):
+    # Method 5 (error feedback both ways): rank 1 saves model.state_dict() and
+    # optimizer.state_dict() after step 1 and dies; restarted (incarnation 2) it loads both,
+    # rejoins through broadcast_parameters and trains steps 2-4. The job ends with the weights
+    # of a run nobody left: the residuals, momenta and step came back with the state.
+    m5 = "{codec: topk, ratio: 0.1, then: {codec: qsgd, levels: 16}, error_feedback: true}"
+    text = job_yaml(push=m5, pull=m5, overlap=False, min_numel=100)
+    steps = 5
+    (tmp_path / "whole").mkdir()
+    whole = train_pair(tmp_path / "whole", text, steps)
+    run = tmp_path / "restart"
+    run.mkdir()
+    config = run / "job.yaml"
+    config.write_text(text)
+    server = gp_testlib.Server(run, config)
+    ckpt = run / "rank1.ckpt"
+
+    def args(r, *extra):
+        return ["--config", str(config), "--steps", str(steps), "--out", str(run / f"w{r}.pt"),
+                "--rank", str(r), "--world-size", "2", "--server", server.address,
+                "--checkpoint", str(ckpt)] + list(extra)
+    try:
+        rank0 = gp_testlib.start_worker(args(0))
+        (rc, text1), = gp_testlib.run_workers([args(1, "--die-after", "1")])
+        assert rc == 3 and ckpt.exists(), text1
+        (rc, text1), = gp_testlib.run_workers([args(1, "--resume", "--incarnation", "2")])
+        assert rc == 0, f"restarted rank 1:\n{text1}\nserver:\n{server.log()}"
+        text0, _ = rank0.communicate(timeout=120)
+        assert rank0.returncode == 0, f"rank 0:\n{text0}\nserver:\n{server.log()}"
+    finally:
+        if rank0.poll() is None:
+            rank0.kill()
+        server.stop()
+    w = [torch.load(run / f"w{r}.pt") for r in range(2)]
+    assert [s["step"] for s in w[1]["stats"]] == [2, 3, 4]
+    for name, expected in whole[0]["weights"].items():
+        for r in range(2):
+            assert torch.equal(w[r]["weights"][name], expected), f"rank {r} {name}"

@@ -27,6 +27,13 @@ def main():
     ap.add_argument("--unused", action="store_true")
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--die-after", type=int,
+                    help="after this step: save model and optimizer state to --checkpoint, "
+                    "then exit 3 at once (no close, as if killed)")
+    ap.add_argument("--checkpoint", help="the state file of --die-after / --resume")
+    ap.add_argument("--resume", action="store_true",
+                    help="a restarted worker: load --checkpoint, rejoin, go on from its step")
+    ap.add_argument("--incarnation", type=int, default=1)
     ap.add_argument("--end-epoch", action="store_true",
                     help="after the steps: end_epoch(0, accuracy 0.5 + 0.1 * rank)")
     ap.add_argument("--gil-check", help="a directory: rank 1 waits in step 0 for a file that a "
@@ -37,7 +44,13 @@ def main():
     opt = gp.DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum),
         model.named_parameters(), config=a.config, push=a.push, rank=a.rank,
-        world_size=a.world_size, server=a.server, run_dir=a.run_dir)
+        world_size=a.world_size, server=a.server, run_dir=a.run_dir, incarnation=a.incarnation)
+    first = 0
+    if a.resume:  # the user's own checkpoint: weights, optimizer and codec state
+        ckpt = torch.load(a.checkpoint)
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["opt"])
+        first = ckpt["opt"]["gradpress"]["step"]
     won = gp.broadcast_parameters(model, opt)
     rank = opt.rank
     in_step = threading.Event()
@@ -51,7 +64,7 @@ def main():
                 f.write("rank 0 is waiting inside step()\n")
         threading.Thread(target=signal, daemon=True).start()
     stats, losses = [], []
-    for step in range(a.steps):
+    for step in range(first, a.steps):
         x, y = gp_testlib.batch(rank, step)
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -65,6 +78,9 @@ def main():
         opt.step()
         stats.append(opt.stats())
         losses.append(loss.item())
+        if step == a.die_after:
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, a.checkpoint)
+            os._exit(3)
     before_epoch = {n: p.detach().clone() for n, p in model.named_parameters()}
     adopted = opt.end_epoch(0, 0.5 + 0.1 * rank) if a.end_epoch else None
     sd = opt.state_dict()

@@ -112,6 +112,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.defaults = optimizer.defaults
         self._names, self._params = names, params
         self._pending_state = None
+        self._restored_step = None
         self._last = {}
         config, overrides = _config.from_launch(config, overrides)
         self._session = _C.WorkerSession(
@@ -198,6 +199,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if ours is not None and list(ours.get("names", self._names)) != self._names:
             raise ValueError("load_state_dict: the state is of another model's parameters")
         self._optimizer.load_state_dict(state_dict)
+        if ours is not None and not session.connected:
+            self._restored_step = int(ours.get("step", 0))  # a restarted worker's checkpoint
         if ours is None or not ours.get("codec_state"):
             return
         if session.connected:
@@ -207,7 +210,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def _connect(self):
         session = self._open()
-        ours = session.connect()
+        ours = session.connect(self._restored_step)
         if self._pending_state is not None:
             state, self._pending_state = self._pending_state, None
             session.load_state(state)
