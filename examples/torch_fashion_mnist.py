@@ -23,6 +23,7 @@ prints the test accuracy per epoch, then bytes and times per step.
 """
 import argparse
 import gzip
+import math
 import os
 import time
 
@@ -76,6 +77,9 @@ def main():
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--lr-schedule", choices=["none", "cosine"], default="none",
+                    help="cosine: lr * (1 + cos(pi * step / all steps)) / 2 each step, as "
+                    "gradpress-worker's train.lr_schedule cosine")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--run-dir", default=os.environ.get("GRADPRESS_RUN_DIR"),
                     help="metrics.jsonl and summary.json go here (default: gradpress.launch's "
@@ -93,6 +97,7 @@ def main():
     gp.broadcast_parameters(model, opt)
     rank, world = opt.rank, opt.world_size
     per_rank = len(train_x) // world
+    per_epoch = (per_rank + a.batch_size - 1) // a.batch_size
     steps, stats, started = 0, [], time.monotonic()
     for epoch in range(a.epochs):
         g = torch.Generator().manual_seed(a.seed + epoch)
@@ -100,6 +105,10 @@ def main():
         model.train()
         for b in range(0, per_rank, a.batch_size):
             idx = mine[b:b + a.batch_size]
+            if a.lr_schedule == "cosine":
+                for group in opt.param_groups:
+                    group["lr"] = a.lr * 0.5 * (1 + math.cos(math.pi * steps /
+                                                             (per_epoch * a.epochs)))
             opt.zero_grad()
             loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
             loss.backward()

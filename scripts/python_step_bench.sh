@@ -6,6 +6,8 @@
 # one intra-op thread per worker. Prints rank 0's summary.json means per step for each.
 #
 #   scripts/python_step_bench.sh [CONFIG] [STEPS]     # default configs/lenet_fmnist_m3.yaml 300
+#   scripts/python_step_bench.sh CONFIG epochs=N      # whole epochs (the config's lr schedule),
+#                                                     # and each runner's final test accuracy
 #
 # step_ms: the C++ worker's Trainer::Step (the next batch is gathered on another thread);
 # the Python worker's time from one step() to the next (its batch is sliced in the loop).
@@ -37,18 +39,33 @@ run() {  # run NAME COMMAND...: a server, then the command for ranks 0 and 1 (RA
   gp_stop_server "$spid"
 }
 
-run cpp "$build/worker/gradpress-worker" --config "$config" --max-steps "$steps" \
+if [[ $steps == epochs=* ]]; then  # whole epochs: the config's schedule in both runners
+  epochs=${steps#epochs=}
+  schedule=$(/usr/bin/python3 -c "import sys, yaml; t = yaml.safe_load(open(sys.argv[1])).get('train', {}); print(t.get('lr_schedule', 'none'))" "$config")
+  cpp_len=(--set "train.epochs=$epochs")
+  py_len=(--epochs "$epochs" --lr-schedule "$schedule")
+else
+  cpp_len=(--max-steps "$steps")
+  py_len=(--max-steps "$steps")
+fi
+run cpp "$build/worker/gradpress-worker" --config "$config" "${cpp_len[@]}" \
   --set train.threads=1 --set train.log_every=0
 run python env PYTHONPATH="$build/python:python" /usr/bin/python3 examples/torch_fashion_mnist.py \
-  --config "$config" --max-steps "$steps" --threads 1
+  --config "$config" "${py_len[@]}" --threads 1
 
-printf "%-8s %9s %10s %11s %12s %12s\n" runner step_ms compute_ms exposed_ms bytes_up/st \
-  bytes_dn/st
+printf "%-8s %6s %9s %10s %11s %12s %12s %8s\n" runner steps step_ms compute_ms exposed_ms \
+  bytes_up/st bytes_dn/st test_acc
 for name in cpp python; do
-  /usr/bin/python3 - "$out/$name/summary.json" "$name" <<'EOF'
-import json, sys
-s = json.load(open(sys.argv[1]))
-print(f"{sys.argv[2]:<8} {s['step_ms']:9.2f} {s['compute_ms']:10.2f} {s['exposed_comm_ms']:11.2f}"
-      f" {s['bytes_up_per_step']:12.0f} {s['bytes_down_per_step']:12.0f}")
+  /usr/bin/python3 - "$out/$name" "$name" <<'EOF'
+import json, re, sys
+d, name = sys.argv[1], sys.argv[2]
+s = json.load(open(d + "/summary.json"))
+acc = s.get("test_acc") or 0.0
+if name == "python":  # the example's loop evaluates: its last epoch line, rank 0
+    found = re.findall(r"worker 0 epoch \d+ loss \S+ test_acc (\S+)", open(d + "/worker-0.log").read())
+    acc = float(found[-1]) if found else 0.0
+print(f"{name:<8} {s['steps']:6d} {s['step_ms']:9.2f} {s['compute_ms']:10.2f} "
+      f"{s['exposed_comm_ms']:11.2f} {s['bytes_up_per_step']:12.0f} "
+      f"{s['bytes_down_per_step']:12.0f} {acc:8.4f}")
 EOF
 done
