@@ -72,6 +72,24 @@ PYBIND11_MODULE(_C, m) {
         "'push=<YAML flow mapping>' from a codec shorthand such as "
         "'topk ratio=0.01 then=qsgd levels=16 error_feedback=true'");
   m.def(
+      "worker_data",
+      [](std::optional<std::string> path, std::vector<std::string> overrides, int rank, int world,
+         int64_t epoch) {
+        gradpress::python::WorkerDataSplits d;
+        {
+          py::gil_scoped_release release;
+          const gradpress::Config c = path ? gradpress::LoadConfig(*path, overrides)
+                                           : gradpress::ParseConfig("{}", "<defaults>", overrides);
+          d = gradpress::python::WorkerData(c, rank, world, epoch);
+        }
+        return py::make_tuple(py::make_tuple(d.train_images, d.train_labels),
+                              py::make_tuple(d.test_images, d.test_labels));
+      },
+      py::arg("path"), py::arg("overrides"), py::arg("rank"), py::arg("world_size"),
+      py::arg("epoch"),
+      "(train images, labels) of the rank's epoch in gradpress-worker's order, (test images, "
+      "labels)");
+  m.def(
       "resolve_config",
       [](std::optional<std::string> path, std::vector<std::string> overrides) {
         return gradpress::ToYaml(path ? gradpress::LoadConfig(*path, overrides)

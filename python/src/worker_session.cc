@@ -14,6 +14,9 @@
 #include "common/json_line.h"
 #include "compressors/registry.h"
 #include "transport/security.h"
+#include "worker/data/dataset.h"
+#include "worker/data/sampler.h"
+#include "worker/data/transforms.h"
 
 namespace gradpress::python {
 namespace {
@@ -38,6 +41,17 @@ std::string CodecOverride(const std::string& block, const std::string& shorthand
   YAML::Emitter out;
   EmitCodecSpec(out, spec);
   return block + "=" + out.c_str();
+}
+
+WorkerDataSplits WorkerData(const Config& c, int rank, int world, int64_t epoch) {
+  GP_ENFORCE(world >= 1 && rank >= 0 && rank < world, "rank ", rank, " outside world size ", world);
+  const auto seed = static_cast<uint64_t>(c.train.seed);
+  const worker::data::DatasetPair d = worker::data::LoadDataset(
+      c.dataset.name, c.dataset.path, c.dataset.subset, c.dataset.test_subset, seed);
+  const std::vector<int64_t> idx =
+      worker::data::EpochIndices(d.train.size(), rank, world, epoch, seed);
+  const worker::data::Dataset mine = worker::data::GatherBatch(d.train, idx, 0, idx.size());
+  return {mine.images, mine.labels, d.test.images, d.test.labels};
 }
 
 WorkerSession::WorkerSession(SessionOptions options, std::vector<std::string> names,

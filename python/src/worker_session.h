@@ -61,6 +61,13 @@ struct SessionOptions {
 // "push=<flow mapping>" from a codec shorthand ("topk ratio=0.01 then=qsgd levels=16").
 std::string CodecOverride(const std::string& block, const std::string& shorthand);
 
+// The job's dataset as gradpress-worker trains on it (worker/data/): rank's examples of
+// `epoch` in training order (batch i is rows [i B, (i + 1) B)), normalised, and the test set.
+struct WorkerDataSplits {
+  torch::Tensor train_images, train_labels, test_images, test_labels;
+};
+WorkerDataSplits WorkerData(const Config& c, int rank, int world, int64_t epoch);
+
 class WorkerSession {
  public:
   // names and params: the model's parameters in model order (float32 leaf tensors).

@@ -21,6 +21,7 @@ except ImportError as e:  # pragma: no cover - depends on the build
         "pybind11-dev and python3-torch installed), then run with "
         "PYTHONPATH=build/python:python (docs/python.md)") from e
 
+from gradpress.torch.data import worker_data
 from gradpress.torch.optimizer import DistributedOptimizer, broadcast_parameters
 
-__all__ = ["DistributedOptimizer", "broadcast_parameters"]
+__all__ = ["DistributedOptimizer", "broadcast_parameters", "worker_data"]
