@@ -1,0 +1,151 @@
+#include "plan/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/json_line.h"
+
+namespace gradpress::plan {
+namespace {
+
+std::string Fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+// The codec time a method spends per step on one worker (encode + decode).
+double CodecMs(const Calibration& c) {
+  double ms = 0;
+  for (const auto& b : c.buckets) ms += b.encode_ms + b.decode_ms;
+  return ms;
+}
+
+}  // namespace
+
+std::string Suggest(const std::vector<Calibration>& methods, const Cluster& k) {
+  size_t best = 0;
+  std::vector<StepPrediction> p;
+  for (const auto& m : methods) p.push_back(PredictStep(m, k));
+  for (size_t i = 1; i < p.size(); ++i)
+    if (p[i].step_ms < p[best].step_ms) best = i;
+  std::ostringstream s;
+  s << "at " << Fmt("%g", k.rate_gbps) << " Gbit/s with " << k.workers << " workers and "
+    << k.shards << " shard(s), '" << methods[best].method
+    << "' is fastest: " << Fmt("%.1f", p[best].step_ms) << " ms per step";
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (i == best) continue;
+    const double transfer_saved = p[i].exposed_comm_ms - p[best].exposed_comm_ms;
+    const double codec_more = CodecMs(methods[best]) - CodecMs(methods[i]);
+    s << "; against '" << methods[i].method << "' (" << Fmt("%.1f", p[i].step_ms) << " ms): ";
+    if (codec_more > 0)
+      s << "its encode and decode cost " << Fmt("%.1f", codec_more) << " ms more and it exposes "
+        << Fmt("%.1f", transfer_saved) << " ms less communication";
+    else
+      s << "it exposes " << Fmt("%.1f", transfer_saved) << " ms less communication and codes "
+        << Fmt("%.1f", -codec_more) << " ms faster";
+  }
+  return s.str();
+}
+
+std::string Report(const std::vector<Calibration>& methods, const Cluster& cluster,
+                   const std::vector<double>& rates, bool json) {
+  std::ostringstream out;
+  for (double r : rates) {
+    Cluster k = cluster;
+    k.rate_gbps = r;
+    if (!json) {
+      out << "rate " << Fmt("%g", r) << " Gbit/s, " << k.workers << " workers, " << k.shards
+          << " shard(s), latency " << Fmt("%g", k.latency_ms) << " ms, "
+          << (k.overlap ? "pipelined" : "serial") << " step\n";
+      out << "  method                                                step_ms  compute  "
+             "exposed  comm%    bytes_up  bytes_down\n";
+    }
+    for (const Calibration& m : methods) {
+      const StepPrediction p = PredictStep(m, k);
+      const double share = p.step_ms > 0 ? p.exposed_comm_ms / p.step_ms : 0;
+      if (json) {
+        out << JsonLine()
+                   .Str("method", m.method)
+                   .Int("workers", k.workers)
+                   .Int("shards", k.shards)
+                   .Num("rate_gbps", r)
+                   .Num("latency_ms", k.latency_ms)
+                   .Bool("overlap", k.overlap)
+                   .Num("step_ms", p.step_ms)
+                   .Num("compute_ms", p.compute_ms)
+                   .Num("exposed_comm_ms", p.exposed_comm_ms)
+                   .Num("comm_share", share)
+                   .Int("bytes_up", p.bytes_up)
+                   .Int("bytes_down", p.bytes_down)
+                   .Done()
+            << "\n";
+        continue;
+      }
+      char line[256];
+      std::snprintf(line, sizeof line, "  %-52.52s %8.2f %8.2f %8.2f %5.1f %11lld %11lld\n",
+                    m.method.c_str(), p.step_ms, p.compute_ms, p.exposed_comm_ms, 100 * share,
+                    static_cast<long long>(p.bytes_up), static_cast<long long>(p.bytes_down));
+      out << line;
+    }
+  }
+  if (json) return out.str();
+  if (rates.size() > 1) {
+    const double lo = *std::min_element(rates.begin(), rates.end());
+    const double hi = *std::max_element(rates.begin(), rates.end());
+    for (size_t i = 1; i < methods.size(); ++i) {
+      const double x = CrossoverRate(methods[0], methods[i], cluster, lo, hi);
+      out << "crossover '" << methods[i].method << "' vs '" << methods[0].method << "': "
+          << (x > 0 ? Fmt("%.3g Gbit/s", x)
+                    : std::string("none between ") + Fmt("%g", lo) + " and " + Fmt("%g", hi) +
+                          " Gbit/s")
+          << "\n";
+    }
+  }
+  out << "suggestion: " << Suggest(methods, cluster) << "\n";
+  return out.str();
+}
+
+void Plot(const std::vector<Calibration>& methods, const Cluster& cluster,
+          const std::vector<double>& rates, const std::string& png) {
+  GP_ENFORCE(rates.size() >= 2, "--plot needs at least two --rates");
+  const std::string base = png + ".data";
+  std::ofstream gp(base + ".gp");
+  const double lo = *std::min_element(rates.begin(), rates.end());
+  const double hi = *std::max_element(rates.begin(), rates.end());
+  gp << "set terminal png size 900,600 noenhanced\nset output \"" << png << "\"\n"
+     << "set logscale xy\nset xlabel \"link rate, Gbit/s\"\nset ylabel \"predicted step, ms\"\n"
+     << "set title \"gradpress-plan: " << cluster.workers << " workers, " << cluster.shards
+     << " shard(s), dashed: where a method's step crosses '" << methods[0].method
+     << "'\"\nset key top right\n";
+  for (size_t i = 1; i < methods.size(); ++i) {  // the crossovers, marked
+    const double x = CrossoverRate(methods[0], methods[i], cluster, lo, hi);
+    if (x > 0)
+      gp << "set arrow from " << x << ", graph 0 to " << x << ", graph 1 nohead dt 2 lc " << i + 1
+         << "\n";
+  }
+  gp << "plot ";
+  for (size_t i = 0; i < methods.size(); ++i) {
+    const std::string dat = base + "." + std::to_string(i);
+    std::ofstream d(dat);
+    for (int j = 0; j <= 60; ++j) {  // a smooth line between the sweep's ends
+      Cluster k = cluster;
+      k.rate_gbps = lo * std::pow(hi / lo, j / 60.0);
+      d << k.rate_gbps << " " << PredictStep(methods[i], k).step_ms << "\n";
+    }
+    gp << (i ? ", " : "") << "\"" << dat << "\" using 1:2 with lines lw 2 lc " << i + 1
+       << " title \"" << methods[i].method << "\"";
+  }
+  gp << "\n";
+  gp.close();
+  const std::string cmd = "gnuplot '" + base + ".gp'";
+  GP_ENFORCE_AS(Internal, std::system(cmd.c_str()) == 0, "--plot: '", cmd,
+                "' failed (is gnuplot installed?)");
+}
+
+}  // namespace gradpress::plan

@@ -1,0 +1,29 @@
+#pragma once
+// What gradpress-plan prints (plan_main.cc): per method the predicted step for the cluster,
+// the same over a sweep of link rates with each method's crossover against the first (the
+// baseline), and a suggestion naming the fastest method at the cluster's rate and why.
+//
+//   std::cout << Report(calibrations, cluster, {0.1, 1, 10}, /*json=*/false);
+//   Plot(calibrations, cluster, {0.1, 1, 10}, "plan.png");   // gnuplot, PNG
+//
+// json: one object per (method, rate): method, workers, shards, rate_gbps, latency_ms,
+// overlap, step_ms, compute_ms, exposed_comm_ms, comm_share, bytes_up, bytes_down.
+// Plot throws gradpress::Error when gnuplot is missing or fails.
+// Thread-safety: pure functions (Plot writes its files).
+#include <string>
+#include <vector>
+
+#include "plan/step_model.h"
+
+namespace gradpress::plan {
+
+std::string Report(const std::vector<Calibration>& methods, const Cluster& cluster,
+                   const std::vector<double>& rates, bool json);
+
+// The fastest method at the cluster's rate and why, in a sentence.
+std::string Suggest(const std::vector<Calibration>& methods, const Cluster& cluster);
+
+void Plot(const std::vector<Calibration>& methods, const Cluster& cluster,
+          const std::vector<double>& rates, const std::string& png);
+
+}  // namespace gradpress::plan

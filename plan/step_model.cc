@@ -1,0 +1,77 @@
+#include "plan/step_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+
+namespace gradpress::plan {
+namespace {
+
+// ms to move `bytes` at `gbps`.
+double TransferMs(double bytes, double gbps) { return bytes * 8.0 / (gbps * 1e9) * 1e3; }
+
+}  // namespace
+
+StepPrediction PredictStep(const Calibration& c, const Cluster& k) {
+  GP_ENFORCE(k.workers >= 1 && k.shards >= 1, "a cluster needs a worker and a shard, not ",
+             k.workers, " and ", k.shards);
+  GP_ENFORCE(k.rate_gbps > 0 && k.latency_ms >= 0, "link rate ", k.rate_gbps,
+             " Gbit/s and latency ", k.latency_ms, " ms: the rate must be positive");
+  const double w = k.workers, s = k.shards;
+  StepPrediction p;
+  p.compute_ms = c.forward_ms + c.backward_ms + c.optimizer_ms;
+  double encoder = 0, uplink = 0, server = 0, downlink = 0, decoder = 0, last = 0;
+  for (const BucketProfile& b : c.buckets) {
+    const double ready = k.overlap ? std::min(b.ready_ms, c.backward_ms) : c.backward_ms;
+    const double encoded = std::max(ready, encoder) + b.encode_ms;
+    encoder = encoded;
+    // The worker's link, or the shard's link carrying every worker's share, whichever is longer.
+    const double up =
+        std::max(TransferMs(b.bytes_up, k.rate_gbps), TransferMs(w * b.bytes_up / s, k.rate_gbps));
+    const double up_start = std::max(encoded, uplink);
+    uplink = up_start + up;
+    const double arrived = uplink + k.latency_ms;
+    // Each shard decodes and adds its share of every worker's push as they stream in; the
+    // last one's add and the finalize follow the last arrival.
+    const double pushes = w * b.push_ms / s;
+    const double finalized =
+        std::max({arrived + b.push_ms / s, server + pushes}) + b.finalize_ms / s;
+    server = finalized;
+    const double down = std::max(TransferMs(b.bytes_down, k.rate_gbps),
+                                 TransferMs(w * b.bytes_down / s, k.rate_gbps));
+    const double down_start = std::max(finalized, downlink);
+    downlink = down_start + down;
+    const double received = downlink + k.latency_ms;
+    decoder = std::max(received, decoder) + b.decode_ms;
+    last = std::max(last, decoder);
+    p.bytes_up += b.bytes_up;
+    p.bytes_down += b.bytes_down;
+  }
+  p.step_ms = c.forward_ms + std::max(c.backward_ms, last) + c.optimizer_ms;
+  p.exposed_comm_ms = p.step_ms - p.compute_ms;
+  return p;
+}
+
+double CrossoverRate(const Calibration& a, const Calibration& b, Cluster cluster, double lo,
+                     double hi) {
+  auto diff = [&](double gbps) {
+    cluster.rate_gbps = gbps;
+    return PredictStep(a, cluster).step_ms - PredictStep(b, cluster).step_ms;
+  };
+  double dl = diff(lo), dh = diff(hi);
+  if ((dl < 0) == (dh < 0)) return 0;
+  for (int i = 0; i < 60; ++i) {
+    const double mid = std::sqrt(lo * hi);
+    const double dm = diff(mid);
+    if ((dm < 0) == (dl < 0)) {
+      lo = mid;
+      dl = dm;
+    } else {
+      hi = mid;
+    }
+  }
+  return std::sqrt(lo * hi);
+}
+
+}  // namespace gradpress::plan
