@@ -9,7 +9,9 @@
 // --save (--calibration FILE ...), then predicts each method's step for the cluster
 // (plan/step_model.h) and prints step ms, bytes per worker per step and the share of the step
 // that is exposed communication, the same at every rate of --rates with the rate where each
-// method's step crosses the first method's, and a suggestion. --json: one object per method
+// method's step crosses the first method's, and a suggestion. With --accuracy RUN... (finished
+// runs, one per method) and --target-acc A: each method's predicted time to A (the steps its
+// run needed, plan/accuracy.h, x its predicted step). --json: one object per method
 // and rate. Exit 2 on bad input (the reason named), 1 on other failures.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -22,6 +24,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/json_line.h"
+#include "plan/accuracy.h"
 #include "plan/calibration.h"
 #include "plan/report.h"
 
@@ -50,6 +53,12 @@ int main(int argc, char** argv) {
       "the serial step (sync.overlap false): buckets wait for backward's end");
   app.add_option("--rates", rates, "link rates to sweep, Gbit/s (e.g. 0.1,1,10,100)")
       ->delimiter(',');
+  std::vector<std::string> accuracy_runs;
+  double target_acc = 0;
+  app.add_option("--accuracy", accuracy_runs,
+                 "finished run directories, one per method in --methods order: time to "
+                 "--target-acc = the steps each run needed x the predicted step");
+  app.add_option("--target-acc", target_acc, "the test accuracy to reach (0..1)");
   app.add_option("--plot", plot, "PNG of step ms against link rate, a line per method (gnuplot)");
   app.add_flag("--json", json, "one JSON object per method and rate on stdout, nothing else");
   CLI11_PARSE(app, argc, argv);
@@ -80,7 +89,13 @@ int main(int argc, char** argv) {
     }
     GP_ENFORCE(!cals.empty(), "no method to plan for");
     if (rates.empty()) rates = {cluster.rate_gbps};
-    std::cout << plan::Report(cals, cluster, rates, json);
+    plan::AccuracyTarget acc;
+    GP_ENFORCE(accuracy_runs.empty() == (target_acc <= 0),
+               "--accuracy and --target-acc go together (a target in (0, 1])");
+    acc.target_acc = target_acc;
+    for (const std::string& run : accuracy_runs)
+      acc.steps.push_back(plan::StepsToAccuracy(plan::ReadAccuracy(run), target_acc));
+    std::cout << plan::Report(cals, cluster, rates, json, acc);
     if (!plot.empty()) plan::Plot(cals, cluster, rates, plot);
   } catch (const gradpress::InvalidArgument& e) {
     std::cerr << "gradpress-plan: " << e.message() << "\n";

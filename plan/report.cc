@@ -54,7 +54,11 @@ std::string Suggest(const std::vector<Calibration>& methods, const Cluster& k) {
 }
 
 std::string Report(const std::vector<Calibration>& methods, const Cluster& cluster,
-                   const std::vector<double>& rates, bool json) {
+                   const std::vector<double>& rates, bool json, const AccuracyTarget& acc) {
+  GP_ENFORCE(acc.steps.empty() || acc.steps.size() == methods.size(),
+             "--accuracy: ", acc.steps.size(), " run(s) for ", methods.size(),
+             " method(s): give one per method");
+  const bool to_target = !acc.steps.empty();
   std::ostringstream out;
   for (double r : rates) {
     Cluster k = cluster;
@@ -64,34 +68,44 @@ std::string Report(const std::vector<Calibration>& methods, const Cluster& clust
           << " shard(s), latency " << Fmt("%g", k.latency_ms) << " ms, "
           << (k.overlap ? "pipelined" : "serial") << " step\n";
       out << "  method                                                step_ms  compute  "
-             "exposed  comm%    bytes_up  bytes_down\n";
+             "exposed  comm%    bytes_up  bytes_down"
+          << (to_target ? "  to " + Fmt("%.3g", acc.target_acc) + " acc" : std::string()) << "\n";
     }
-    for (const Calibration& m : methods) {
+    for (size_t i = 0; i < methods.size(); ++i) {
+      const Calibration& m = methods[i];
       const StepPrediction p = PredictStep(m, k);
+      const std::optional<int64_t> steps = to_target ? acc.steps[i] : std::nullopt;
       const double share = p.step_ms > 0 ? p.exposed_comm_ms / p.step_ms : 0;
       if (json) {
-        out << JsonLine()
-                   .Str("method", m.method)
-                   .Int("workers", k.workers)
-                   .Int("shards", k.shards)
-                   .Num("rate_gbps", r)
-                   .Num("latency_ms", k.latency_ms)
-                   .Bool("overlap", k.overlap)
-                   .Num("step_ms", p.step_ms)
-                   .Num("compute_ms", p.compute_ms)
-                   .Num("exposed_comm_ms", p.exposed_comm_ms)
-                   .Num("comm_share", share)
-                   .Int("bytes_up", p.bytes_up)
-                   .Int("bytes_down", p.bytes_down)
-                   .Done()
-            << "\n";
+        JsonLine j;
+        j.Str("method", m.method)
+            .Int("workers", k.workers)
+            .Int("shards", k.shards)
+            .Num("rate_gbps", r)
+            .Num("latency_ms", k.latency_ms)
+            .Bool("overlap", k.overlap)
+            .Num("step_ms", p.step_ms)
+            .Num("compute_ms", p.compute_ms)
+            .Num("exposed_comm_ms", p.exposed_comm_ms)
+            .Num("comm_share", share)
+            .Int("bytes_up", p.bytes_up)
+            .Int("bytes_down", p.bytes_down);
+        if (steps)
+          j.Int("steps_to_target", *steps).Num("time_to_target_s", *steps * p.step_ms / 1e3);
+        out << j.Done() << "\n";
         continue;
       }
       char line[256];
-      std::snprintf(line, sizeof line, "  %-52.52s %8.2f %8.2f %8.2f %5.1f %11lld %11lld\n",
+      std::snprintf(line, sizeof line, "  %-52.52s %8.2f %8.2f %8.2f %5.1f %11lld %11lld",
                     m.method.c_str(), p.step_ms, p.compute_ms, p.exposed_comm_ms, 100 * share,
                     static_cast<long long>(p.bytes_up), static_cast<long long>(p.bytes_down));
       out << line;
+      if (to_target)
+        out << "  "
+            << (steps ? Fmt("%.1f s", *steps * p.step_ms / 1e3) + " (" + std::to_string(*steps) +
+                            " steps)"
+                      : std::string("not reached"));
+      out << "\n";
     }
   }
   if (json) return out.str();

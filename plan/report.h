@@ -7,9 +7,13 @@
 //   Plot(calibrations, cluster, {0.1, 1, 10}, "plan.png");   // gnuplot, PNG
 //
 // json: one object per (method, rate): method, workers, shards, rate_gbps, latency_ms,
-// overlap, step_ms, compute_ms, exposed_comm_ms, comm_share, bytes_up, bytes_down.
+// overlap, step_ms, compute_ms, exposed_comm_ms, comm_share, bytes_up, bytes_down, and with
+// an accuracy target steps_to_target and time_to_target_s (steps x predicted step; absent
+// when the method's run never reached it).
 // Plot throws gradpress::Error when gnuplot is missing or fails.
 // Thread-safety: pure functions (Plot writes its files).
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,8 +21,15 @@
 
 namespace gradpress::plan {
 
+// Time to accuracy (--accuracy, --target-acc): per method (same order), the steps its run
+// needed to reach target_acc, or none when it did not; empty: not asked.
+struct AccuracyTarget {
+  double target_acc = 0;
+  std::vector<std::optional<int64_t>> steps;
+};
+
 std::string Report(const std::vector<Calibration>& methods, const Cluster& cluster,
-                   const std::vector<double>& rates, bool json);
+                   const std::vector<double>& rates, bool json, const AccuracyTarget& acc = {});
 
 // The fastest method at the cluster's rate and why, in a sentence.
 std::string Suggest(const std::vector<Calibration>& methods, const Cluster& cluster);
