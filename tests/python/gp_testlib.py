@@ -53,6 +53,15 @@ def reference_weights(steps, workers, lr, momentum):
     return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
+def assert_weights_match(results, expected):
+    """Every worker's saved weights (train_pair's results) equal `expected` to float tolerance."""
+    assert sorted(results[0]["weights"]) == sorted(expected)
+    for name, want in expected.items():
+        for r, res in enumerate(results):
+            torch.testing.assert_close(res["weights"][name], want, rtol=1e-5, atol=1e-6,
+                                       msg=f"rank {r} {name}")
+
+
 def job_yaml(push="{codec: none}", pull="{codec: none}", workers=2, overlap=True, bucket_mb=4.0,
              lr=0.1, momentum=0.9, min_numel=1024, exchange="gradients", mode="sync", every=1,
              sync_extra=""):

@@ -3,7 +3,7 @@ methods 1-2 and several server shards, with the keys the C++ worker takes (issue
 import torch
 
 import gp_testlib
-from gp_testlib import job_yaml, train_pair
+from gp_testlib import assert_weights_match, job_yaml, train_pair
 
 
 def local_sgd_reference(steps, every, lr, momentum):
@@ -35,10 +35,7 @@ def test_method6_local_steps_then_the_average_every_k(tmp_path):
                                       sync_extra=", model_selection: average"), steps,
                    extra=["--end-epoch"])
     ref = local_sgd_reference(steps, every, lr=0.1, momentum=0.9)
-    for name in ref[0]:
-        for r in range(2):
-            torch.testing.assert_close(w[r]["weights"][name], ref[0][name], rtol=1e-5,
-                                       atol=1e-6, msg=f"rank {r} {name}")
+    assert_weights_match(w, ref[0])
     assert [x["adopted"] for x in w] == [0.5, 0.6]  # average: each keeps its own accuracy
     # Bytes only on the syncing steps (the second of each pair).
     ups = [s["bytes_up"] for s in w[0]["stats"]]
@@ -77,10 +74,7 @@ def test_two_server_shards_match_one_process(tmp_path):
     text = text.replace("cluster: {workers: 2}\n", "", 1)
     w = train_pair(tmp_path, text, steps, env={}, shards=2)
     ref = gp_testlib.reference_weights(steps, workers=2, lr=0.1, momentum=0.9)
-    for name, expected in ref.items():
-        for r in range(2):
-            torch.testing.assert_close(w[r]["weights"][name], expected, rtol=1e-5, atol=1e-6,
-                                       msg=f"rank {r} {name}")
+    assert_weights_match(w, ref)
 
 
 def test_restarted_worker_rejoins_with_load_state_dict(tmp_path):

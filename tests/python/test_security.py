@@ -6,7 +6,7 @@ import torch
 
 import gp_testlib
 import gradpress.torch as gp
-from gp_testlib import Server, job_yaml, train_pair
+from gp_testlib import Server, assert_weights_match, job_yaml, train_pair
 
 
 def make_pki(d):
@@ -35,10 +35,7 @@ def test_two_workers_train_over_tls_with_a_token(tmp_path):
     steps = 3
     w = train_pair(tmp_path, secure_yaml(tmp_path), steps)
     ref = gp_testlib.reference_weights(steps, workers=2, lr=0.1, momentum=0.9)
-    for name, expected in ref.items():
-        for r in range(2):
-            torch.testing.assert_close(w[r]["weights"][name], expected, rtol=1e-5, atol=1e-6,
-                                       msg=f"rank {r} {name}")
+    assert_weights_match(w, ref)
 
 
 def test_a_wrong_token_is_a_clear_error(tmp_path):
