@@ -76,7 +76,6 @@ WorkerSession::WorkerSession(SessionOptions options, std::vector<std::string> na
     GP_ENFORCE(params_[i].defined() && params_[i].scalar_type() == torch::kFloat32, "parameter '",
                names_[i], "' must be a float32 tensor");
     dense_bytes_ += params_[i].numel() * 4;
-    received_.push_back(torch::zeros_like(params_[i]));
   }
   compressors::RegisterBuiltinCompressors();
   compressors::MakeCompressor(config_.pull);  // a bad pull codec fails here too
@@ -97,6 +96,7 @@ WorkerSession::WorkerSession(SessionOptions options, std::vector<std::string> na
       split_ = split;
       scheduler_ = std::make_unique<worker::BucketScheduler>(client_.client.get(), split_,
                                                              std::min<int>(8, split_.size()));
+      for (const auto& p : params_) received_.push_back(torch::zeros_like(p));
     }
   }
   if (!scheduler_) {

@@ -126,7 +126,7 @@ class WorkerSession {
   Identity id_;
   std::vector<std::string> names_;
   std::vector<torch::Tensor> params_;       // aliases of the Python parameters
-  std::vector<torch::Tensor> received_;     // the step's averaged gradients
+  std::vector<torch::Tensor> received_;     // pipelined: the step's averaged gradients
   std::vector<torch::Tensor> weights_out_;  // weights, pipelined: aliases the results land in
   bool weights_ = false;                    // exchange=weights (methods 1-2)
   std::vector<int> split_;                  // keys per bucket (empty: the serial step)
