@@ -15,7 +15,7 @@ PACKAGES=(
   dataset-fashion-mnist
   clang-format gnuplot-nox iproute2 procps
   docker-compose python3-grpcio python3-yaml
-  python3-dev pybind11-dev python3-torch python3-pytest
+  python3-dev pybind11-dev python3-torch python3-pytest fortunes
   openssl curl clang-14 libclang-rt-14-dev llvm-14
   slurm-wlm munge
   libjs-chart.js chromium fonts-dejavu-core
