@@ -48,6 +48,11 @@ int main(int argc, char** argv) {
   app.add_option("--shards", cluster.shards, "server shards");
   app.add_option("--rate-gbps", cluster.rate_gbps, "every host's link, Gbit/s each way");
   app.add_option("--latency-ms", cluster.latency_ms, "one-way latency, ms");
+  std::string topology = "star";
+  app.add_option("--topology", topology,
+                 "star: each shard's link carries its workers' traffic; links: a link per "
+                 "worker into the server (scripts/netem.sh's two topologies)")
+      ->check(CLI::IsMember({"star", "links"}));
   app.add_flag(
       "--serial", [&](int64_t) { cluster.overlap = false; },
       "the serial step (sync.overlap false): buckets wait for backward's end");
@@ -62,6 +67,7 @@ int main(int argc, char** argv) {
   app.add_option("--plot", plot, "PNG of step ms against link rate, a line per method (gnuplot)");
   app.add_flag("--json", json, "one JSON object per method and rate on stdout, nothing else");
   CLI11_PARSE(app, argc, argv);
+  cluster.star = topology == "star";
   try {
     std::vector<plan::Calibration> cals;
     if (!calibration_files.empty()) {

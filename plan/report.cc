@@ -65,8 +65,9 @@ std::string Report(const std::vector<Calibration>& methods, const Cluster& clust
     k.rate_gbps = r;
     if (!json) {
       out << "rate " << Fmt("%g", r) << " Gbit/s, " << k.workers << " workers, " << k.shards
-          << " shard(s), latency " << Fmt("%g", k.latency_ms) << " ms, "
-          << (k.overlap ? "pipelined" : "serial") << " step\n";
+          << " shard(s), " << (k.star ? "star" : "a link per worker") << ", latency "
+          << Fmt("%g", k.latency_ms) << " ms, " << (k.overlap ? "pipelined" : "serial")
+          << " step\n";
       out << "  method                                                step_ms  compute  "
              "exposed  comm%    bytes_up  bytes_down"
           << (to_target ? "  to " + Fmt("%.3g", acc.target_acc) + " acc" : std::string()) << "\n";
@@ -84,6 +85,7 @@ std::string Report(const std::vector<Calibration>& methods, const Cluster& clust
             .Num("rate_gbps", r)
             .Num("latency_ms", k.latency_ms)
             .Bool("overlap", k.overlap)
+            .Str("topology", k.star ? "star" : "links")
             .Num("step_ms", p.step_ms)
             .Num("compute_ms", p.compute_ms)
             .Num("exposed_comm_ms", p.exposed_comm_ms)

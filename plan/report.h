@@ -7,11 +7,10 @@
 //   Plot(calibrations, cluster, {0.1, 1, 10}, "plan.png");   // gnuplot, PNG
 //
 // json: one object per (method, rate): method, workers, shards, rate_gbps, latency_ms,
-// overlap, step_ms, compute_ms, exposed_comm_ms, comm_share, bytes_up, bytes_down, and with
-// an accuracy target steps_to_target and time_to_target_s (steps x predicted step; absent
-// when the method's run never reached it).
-// Plot throws gradpress::Error when gnuplot is missing or fails.
-// Thread-safety: pure functions (Plot writes its files).
+// overlap, topology, step_ms, compute_ms, exposed_comm_ms, comm_share, bytes_up, bytes_down, and
+// with an accuracy target steps_to_target and time_to_target_s (steps x predicted step; absent when
+// the method's run never reached it). Plot throws gradpress::Error when gnuplot is missing or
+// fails. Thread-safety: pure functions (Plot writes its files).
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -27,8 +27,9 @@ StepPrediction PredictStep(const Calibration& c, const Cluster& k) {
     const double encoded = std::max(ready, encoder) + b.encode_ms;
     encoder = encoded;
     // The worker's link, or the shard's link carrying every worker's share, whichever is longer.
+    const double share = k.star ? w / s : 1;  // of a bucket's bytes on the server's link
     const double up =
-        std::max(TransferMs(b.bytes_up, k.rate_gbps), TransferMs(w * b.bytes_up / s, k.rate_gbps));
+        std::max(TransferMs(b.bytes_up, k.rate_gbps), TransferMs(share * b.bytes_up, k.rate_gbps));
     const double up_start = std::max(encoded, uplink);
     uplink = up_start + up;
     const double arrived = uplink + k.latency_ms;
@@ -39,7 +40,7 @@ StepPrediction PredictStep(const Calibration& c, const Cluster& k) {
         std::max({arrived + b.push_ms / s, server + pushes}) + b.finalize_ms / s;
     server = finalized;
     const double down = std::max(TransferMs(b.bytes_down, k.rate_gbps),
-                                 TransferMs(w * b.bytes_down / s, k.rate_gbps));
+                                 TransferMs(share * b.bytes_down, k.rate_gbps));
     const double down_start = std::max(finalized, downlink);
     downlink = down_start + down;
     const double received = downlink + k.latency_ms;

@@ -11,9 +11,10 @@
 //           |   encode) -> downlink (one at a time) -> decode
 //   optimizer step once every bucket is back.
 //
-// Links are full duplex. The topology is a star: each host has one link of `rate_gbps`; a
+// Links are full duplex. In a star (the default) each host has one link of `rate_gbps`; a
 // shard's link carries W workers' share (1/S) of every bucket, so a transfer takes the longer
-// of the worker's own link time and the shard link's. overlap=false is the serial step: every
+// of the worker's own link time and the shard link's; with star false every worker has its
+// own link into the server and only its own link counts. overlap=false is the serial step: every
 // bucket waits for the end of backward. The model is symmetric (all workers alike) and
 // deterministic; it ignores the server's CPU contention between shards on one host and
 // retransmissions.
@@ -51,6 +52,9 @@ struct Cluster {
   double rate_gbps = 1;   // every host's link, each direction
   double latency_ms = 0;  // one way
   bool overlap = true;    // pipelined buckets (sync.overlap); false: the serial step
+  // star: each shard's one link carries its workers' traffic (hosts behind a switch,
+  // netem.sh --topology star); false: a link per worker into the server (--topology links).
+  bool star = true;
 };
 
 struct StepPrediction {

@@ -65,6 +65,7 @@ for model in $models; do
       c=${codec[$m]}
       i=$([[ $m == m1 ]] && echo 1 || { [[ $m == m1fp16 ]] && echo 2 || echo 3; })
       predicted=$("$plan" --calibration "$out/$model-calibration-$i.yaml" --workers "$workers" \
+        --topology "$topology" \
         --rate-gbps "$(gbps "$rate")" --json | python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['step_ms'])")
       exchange=$([[ $m == m5 ]] && echo gradients || echo weights)
       runs_file=$out/runs-$model-$rate-$m

@@ -65,6 +65,9 @@ TEST_CASE("step model: the server's link is shared by its workers, split by its 
   k.rate_gbps = 1;
   k.workers = 8;
   const double one_shard = PredictStep(TwoBuckets(1000000), k).step_ms;
+  k.star = false;  // a link per worker: nobody shares a link
+  const double links = PredictStep(TwoBuckets(1000000), k).step_ms;
+  k.star = true;
   k.shards = 8;
   const double eight_shards = PredictStep(TwoBuckets(1000000), k).step_ms;
   k.workers = 1;
@@ -72,6 +75,7 @@ TEST_CASE("step model: the server's link is shared by its workers, split by its 
   const double alone = PredictStep(TwoBuckets(1000000), k).step_ms;
   CHECK(one_shard > eight_shards);
   CHECK(eight_shards == Approx(alone).margin(3));  // the push and finalize shares remain
+  CHECK(links == Approx(alone).margin(4));         // 8 workers' pushes on one server
   k.latency_ms = 5;
   CHECK(PredictStep(TwoBuckets(1000000), k).step_ms == Approx(alone + 10));  // up and down
 }
