@@ -6,6 +6,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "tests/temp_dir.h"
 
 namespace gradpress {
 namespace {
@@ -13,15 +14,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // A fresh directory under the system temp dir, removed at the end of the test.
-struct TempDir {
-  TempDir() {
-    std::random_device rd;
-    path = (fs::temp_directory_path() / ("gp-ckpt-test-" + std::to_string(rd()))).string();
-    fs::remove_all(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string path;
-};
+using testing::TempDir;
 
 Checkpoint Make(int64_t step) {
   Checkpoint c;

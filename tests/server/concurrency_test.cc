@@ -11,6 +11,7 @@
 
 #include "common/checkpoint.h"
 #include "tests/server/cluster.h"
+#include "tests/temp_dir.h"
 
 namespace gradpress::testing {
 namespace {
@@ -26,15 +27,7 @@ constexpr double kSlow = 1, kWorkerTimeout = 5;
 constexpr int64_t kSteps = 30, kCheckpointEvery = 5;
 #endif
 
-struct TempDir {
-  TempDir() {
-    std::string t = (std::filesystem::temp_directory_path() / "gp-concurrency-XXXXXX").string();
-    GP_ENFORCE(mkdtemp(t.data()) != nullptr, "mkdtemp failed");
-    path = t;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string path;
-};
+using testing::TempDir;
 
 server::StoreOptions Options(const std::string& ckpt_dir) {
   server::StoreOptions o;

@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "compressors/registry.h"
 #include "server/parameter_store.h"
+#include "tests/temp_dir.h"
 
 namespace gradpress::testing {
 namespace {
@@ -30,15 +31,7 @@ using server::WorkerId;
 WorkerId Worker(int w) { return {"worker-" + std::to_string(w), 1}; }
 Clock::time_point Soon() { return Clock::now() + std::chrono::seconds(60); }
 
-struct TempDir {
-  TempDir() {
-    std::string t = (std::filesystem::temp_directory_path() / "gp-exact-XXXXXX").string();
-    GP_ENFORCE(mkdtemp(t.data()) != nullptr, "mkdtemp failed");
-    path = t;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string path;
-};
+using testing::TempDir;
 
 // Pipelined buckets finalized at once on the pushing threads, checkpoints copied meanwhile,
 // heartbeats, Stats, Weights and whole checkpoints read all along: every result, every

@@ -20,6 +20,7 @@
 #include "common/error.h"
 #include "compressors/registry.h"
 #include "server/parameter_store.h"
+#include "tests/temp_dir.h"
 #include "tests/wait_for.h"
 
 namespace gradpress::testing {
@@ -218,15 +219,7 @@ TEST_CASE("the next bucket's push lands while a bucket is finalized", "[server][
   CHECK(SameBits(Floats(r1->payloads[0].payload.bytes), Mean(b0, b1, 0)));
 }
 
-struct TempDir {
-  TempDir() {
-    std::string t = (std::filesystem::temp_directory_path() / "gp-unlocked-XXXXXX").string();
-    GP_ENFORCE(mkdtemp(t.data()) != nullptr, "mkdtemp failed");
-    path = t;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string path;
-};
+using testing::TempDir;
 
 TEST_CASE("a checkpoint is copied and written while heartbeats and the next step's pushes go on",
           "[server][lock]") {

@@ -14,6 +14,7 @@
 #include "common/config.h"
 #include "server/server_options.h"
 #include "tests/server/cluster.h"
+#include "tests/temp_dir.h"
 #include "tests/wait_for.h"
 #include "tests/worker/trainer/step_gate.h"
 #include "tests/worker/trainer/trainer_util.h"
@@ -27,17 +28,7 @@ namespace fs = std::filesystem;
 using worker::Trainer;
 using worker::TrainerOptions;
 
-struct TempDir {
-  TempDir() {
-    static int counter = 0;
-    path = (fs::temp_directory_path() /
-            ("gp_resume_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++)))
-               .string();
-    fs::remove_all(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string path;
-};
+using testing::TempDir;
 
 enum class ServerEnd { kFinalCheckpoint, kKilled };
 
