@@ -48,6 +48,9 @@ int main(int argc, char** argv) {
   app.add_option("--shards", cluster.shards, "server shards");
   app.add_option("--rate-gbps", cluster.rate_gbps, "every host's link, Gbit/s each way");
   app.add_option("--latency-ms", cluster.latency_ms, "one-way latency, ms");
+  app.add_option("--compute-scale", cluster.compute_scale,
+                 "worker-side times (compute, encode, decode) x this: e.g. workers / cores "
+                 "when the workers share a machine's cores");
   std::string topology = "star";
   app.add_option("--topology", topology,
                  "star: each shard's link carries its workers' traffic; links: a link per "

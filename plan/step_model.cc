@@ -18,13 +18,16 @@ StepPrediction PredictStep(const Calibration& c, const Cluster& k) {
              k.workers, " and ", k.shards);
   GP_ENFORCE(k.rate_gbps > 0 && k.latency_ms >= 0, "link rate ", k.rate_gbps,
              " Gbit/s and latency ", k.latency_ms, " ms: the rate must be positive");
-  const double w = k.workers, s = k.shards;
+  GP_ENFORCE(k.compute_scale > 0, "compute scale ", k.compute_scale, " must be positive");
+  const double w = k.workers, s = k.shards, x = k.compute_scale;
+  const double forward = x * c.forward_ms, backward = x * c.backward_ms,
+               optimizer = x * c.optimizer_ms;
   StepPrediction p;
-  p.compute_ms = c.forward_ms + c.backward_ms + c.optimizer_ms;
+  p.compute_ms = forward + backward + optimizer;
   double encoder = 0, uplink = 0, server = 0, downlink = 0, decoder = 0, last = 0;
   for (const BucketProfile& b : c.buckets) {
-    const double ready = k.overlap ? std::min(b.ready_ms, c.backward_ms) : c.backward_ms;
-    const double encoded = std::max(ready, encoder) + b.encode_ms;
+    const double ready = k.overlap ? std::min(x * b.ready_ms, backward) : backward;
+    const double encoded = std::max(ready, encoder) + x * b.encode_ms;
     encoder = encoded;
     // The worker's link, or the shard's link carrying every worker's share, whichever is longer.
     const double share = k.star ? w / s : 1;  // of a bucket's bytes on the server's link
@@ -44,12 +47,12 @@ StepPrediction PredictStep(const Calibration& c, const Cluster& k) {
     const double down_start = std::max(finalized, downlink);
     downlink = down_start + down;
     const double received = downlink + k.latency_ms;
-    decoder = std::max(received, decoder) + b.decode_ms;
+    decoder = std::max(received, decoder) + x * b.decode_ms;
     last = std::max(last, decoder);
     p.bytes_up += b.bytes_up;
     p.bytes_down += b.bytes_down;
   }
-  p.step_ms = c.forward_ms + std::max(c.backward_ms, last) + c.optimizer_ms;
+  p.step_ms = forward + std::max(backward, last) + optimizer;
   p.exposed_comm_ms = p.step_ms - p.compute_ms;
   return p;
 }

@@ -55,6 +55,9 @@ struct Cluster {
   // star: each shard's one link carries its workers' traffic (hosts behind a switch,
   // netem.sh --topology star); false: a link per worker into the server (--topology links).
   bool star = true;
+  // Worker-side times (compute, encode, decode) x this: workers slower than the calibrating
+  // one, e.g. W workers sharing C < W cores of one machine (W / C).
+  double compute_scale = 1;
 };
 
 struct StepPrediction {

@@ -11,6 +11,7 @@
 # --steps K (measured steps per run, default 12; the first 2 are left out as warm-up),
 # --out DIR. Methods: 1 (weights, codec none), 1 with fp16 both ways, 5 (top-k 1% + QSGD 16
 # with error feedback both ways). Data: synthetic CIFAR-shaped (scripts/synth_cifar.py).
+# With more workers than cores, the prediction's compute is scaled by workers / cores.
 # Prints one line per point: model, rate, method, predicted, measured (median step of rank
 # 0 after warm-up), error %. Needs root (network namespaces) like netem.sh.
 set -euo pipefail
@@ -36,6 +37,9 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 build=${BUILD_DIR:-build}
+# Every worker runs on this machine: more workers than cores share them (the model's
+# --compute-scale; the calibration times one worker alone).
+scale=$(awk -v w="$workers" -v c="$(nproc)" 'BEGIN { print (w > c) ? w / c : 1 }')
 plan=$build/plan/gradpress-plan
 [[ -x $plan ]] || { echo "plan_validate.sh: build gradpress-plan first ($build)" >&2; exit 1; }
 out=${out:-runs/plan-validate/$(date +%Y%m%d-%H%M%S)}
@@ -65,7 +69,7 @@ for model in $models; do
       c=${codec[$m]}
       i=$([[ $m == m1 ]] && echo 1 || { [[ $m == m1fp16 ]] && echo 2 || echo 3; })
       predicted=$("$plan" --calibration "$out/$model-calibration-$i.yaml" --workers "$workers" \
-        --topology "$topology" \
+        --topology "$topology" --compute-scale "$scale" \
         --rate-gbps "$(gbps "$rate")" --json | python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['step_ms'])")
       exchange=$([[ $m == m5 ]] && echo gradients || echo weights)
       runs_file=$out/runs-$model-$rate-$m

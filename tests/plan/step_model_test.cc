@@ -101,6 +101,20 @@ TEST_CASE("step model: fewer bytes win on a slow link and lose to a cheaper code
   CHECK(Suggest({sparse, dense}, k).find("'dense' is fastest") != std::string::npos);
 }
 
+TEST_CASE("step model: a compute scale stretches the worker's side, not the links") {
+  Cluster k;
+  k.workers = 1;
+  k.rate_gbps = 1;
+  k.overlap = false;
+  const StepPrediction one = PredictStep(TwoBuckets(1000000), k);
+  k.compute_scale = 2;
+  const StepPrediction two = PredictStep(TwoBuckets(1000000), k);
+  CHECK(two.compute_ms == Approx(2 * one.compute_ms));
+  // Forward, backward and optimizer double (16 ms more); the serial step's tail after
+  // backward keeps its links and server, and its encodes and decodes double (2 ms more).
+  CHECK(two.step_ms == Approx(one.step_ms + 16 + 2));
+}
+
 TEST_CASE("step model: a cluster without workers or a rate is refused") {
   Cluster k;
   k.workers = 0;
