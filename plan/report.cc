@@ -28,27 +28,48 @@ double CodecMs(const Calibration& c) {
 
 }  // namespace
 
-std::string Suggest(const std::vector<Calibration>& methods, const Cluster& k) {
-  size_t best = 0;
+std::string Suggest(const std::vector<Calibration>& methods, const Cluster& k,
+                    const AccuracyTarget& acc) {
+  const bool to_target = !acc.steps.empty();
   std::vector<StepPrediction> p;
-  for (const auto& m : methods) p.push_back(PredictStep(m, k));
-  for (size_t i = 1; i < p.size(); ++i)
-    if (p[i].step_ms < p[best].step_ms) best = i;
+  std::vector<double> time;  // ms to the target, or per step; < 0: never reached
+  for (size_t i = 0; i < methods.size(); ++i) {
+    p.push_back(PredictStep(methods[i], k));
+    time.push_back(!to_target     ? p[i].step_ms
+                   : acc.steps[i] ? static_cast<double>(*acc.steps[i]) * p[i].step_ms
+                                  : -1);
+  }
+  size_t best = methods.size();
+  for (size_t i = 0; i < p.size(); ++i)
+    if (time[i] >= 0 && (best == methods.size() || time[i] < time[best])) best = i;
   std::ostringstream s;
   s << "at " << Fmt("%g", k.rate_gbps) << " Gbit/s with " << k.workers << " workers and "
-    << k.shards << " shard(s), '" << methods[best].method
-    << "' is fastest: " << Fmt("%.1f", p[best].step_ms) << " ms per step";
+    << k.shards << " shard(s), ";
+  if (best == methods.size())
+    return s.str() + "no method's run reached " + Fmt("%.3g", acc.target_acc);
+  s << "'" << methods[best].method << "' "
+    << (to_target ? "reaches " + Fmt("%.3g", acc.target_acc) + " first: " +
+                        Fmt("%.1f s", time[best] / 1e3) + " (" + std::to_string(*acc.steps[best]) +
+                        " steps of " + Fmt("%.1f ms", p[best].step_ms) + ")"
+                  : "is fastest: " + Fmt("%.1f", p[best].step_ms) + " ms per step");
   for (size_t i = 0; i < p.size(); ++i) {
     if (i == best) continue;
+    s << "; against '" << methods[i].method << "' (";
+    if (time[i] < 0) {
+      s << "its run never reached " << Fmt("%.3g", acc.target_acc) << ")";
+      continue;
+    }
+    if (to_target) s << Fmt("%.1f s", time[i] / 1e3) << ", " << *acc.steps[i] << " steps of ";
+    s << Fmt("%.1f", p[i].step_ms) << " ms): ";
     const double transfer_saved = p[i].exposed_comm_ms - p[best].exposed_comm_ms;
     const double codec_more = CodecMs(methods[best]) - CodecMs(methods[i]);
-    s << "; against '" << methods[i].method << "' (" << Fmt("%.1f", p[i].step_ms) << " ms): ";
+    const std::string exposes = "it exposes " + Fmt("%.1f", std::abs(transfer_saved)) + " ms " +
+                                (transfer_saved >= 0 ? "less" : "more") + " communication";
     if (codec_more > 0)
-      s << "its encode and decode cost " << Fmt("%.1f", codec_more) << " ms more and it exposes "
-        << Fmt("%.1f", transfer_saved) << " ms less communication";
+      s << "its encode and decode cost " << Fmt("%.1f", codec_more) << " ms more and " << exposes
+        << " per step";
     else
-      s << "it exposes " << Fmt("%.1f", transfer_saved) << " ms less communication and codes "
-        << Fmt("%.1f", -codec_more) << " ms faster";
+      s << exposes << " and codes " << Fmt("%.1f", -codec_more) << " ms faster per step";
   }
   return s.str();
 }
@@ -115,15 +136,21 @@ std::string Report(const std::vector<Calibration>& methods, const Cluster& clust
     const double lo = *std::min_element(rates.begin(), rates.end());
     const double hi = *std::max_element(rates.begin(), rates.end());
     for (size_t i = 1; i < methods.size(); ++i) {
-      const double x = CrossoverRate(methods[0], methods[i], cluster, lo, hi);
-      out << "crossover '" << methods[i].method << "' vs '" << methods[0].method << "': "
+      // With an accuracy target, the rate where the times to it are equal.
+      const bool both = to_target && acc.steps[0] && acc.steps[i];
+      if (to_target && !both) continue;  // a run that never reached it has no crossover
+      const double x = both ? CrossoverRate(methods[0], methods[i], cluster, lo, hi, *acc.steps[0],
+                                            *acc.steps[i])
+                            : CrossoverRate(methods[0], methods[i], cluster, lo, hi);
+      out << "crossover" << (both ? " in time to " + Fmt("%.3g", acc.target_acc) : "") << " '"
+          << methods[i].method << "' vs '" << methods[0].method << "': "
           << (x > 0 ? Fmt("%.3g Gbit/s", x)
                     : std::string("none between ") + Fmt("%g", lo) + " and " + Fmt("%g", hi) +
                           " Gbit/s")
           << "\n";
     }
   }
-  out << "suggestion: " << Suggest(methods, cluster) << "\n";
+  out << "suggestion: " << Suggest(methods, cluster, acc) << "\n";
   return out.str();
 }
 

@@ -30,8 +30,11 @@ struct AccuracyTarget {
 std::string Report(const std::vector<Calibration>& methods, const Cluster& cluster,
                    const std::vector<double>& rates, bool json, const AccuracyTarget& acc = {});
 
-// The fastest method at the cluster's rate and why, in a sentence.
-std::string Suggest(const std::vector<Calibration>& methods, const Cluster& cluster);
+// The fastest method at the cluster's rate and why, in a sentence: by step time, or with an
+// accuracy target by the predicted time to it (a method whose run never reached it is not
+// chosen).
+std::string Suggest(const std::vector<Calibration>& methods, const Cluster& cluster,
+                    const AccuracyTarget& acc = {});
 
 void Plot(const std::vector<Calibration>& methods, const Cluster& cluster,
           const std::vector<double>& rates, const std::string& png);

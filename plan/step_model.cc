@@ -58,10 +58,10 @@ StepPrediction PredictStep(const Calibration& c, const Cluster& k) {
 }
 
 double CrossoverRate(const Calibration& a, const Calibration& b, Cluster cluster, double lo,
-                     double hi) {
+                     double hi, double steps_a, double steps_b) {
   auto diff = [&](double gbps) {
     cluster.rate_gbps = gbps;
-    return PredictStep(a, cluster).step_ms - PredictStep(b, cluster).step_ms;
+    return steps_a * PredictStep(a, cluster).step_ms - steps_b * PredictStep(b, cluster).step_ms;
   };
   double dl = diff(lo), dh = diff(hi);
   if ((dl < 0) == (dh < 0)) return 0;

@@ -70,8 +70,10 @@ struct StepPrediction {
 StepPrediction PredictStep(const Calibration& c, const Cluster& cluster);
 
 // The link rate (Gbit/s) in [lo, hi] at which two methods' predicted steps are equal, found by
-// bisection on a log scale; 0 when one is faster over the whole range.
+// bisection on a log scale; 0 when one is faster over the whole range. With step counts
+// (the steps each needs to reach an accuracy) it compares steps_a x step_a with
+// steps_b x step_b: the times to that accuracy.
 double CrossoverRate(const Calibration& a, const Calibration& b, Cluster cluster, double lo,
-                     double hi);
+                     double hi, double steps_a = 1, double steps_b = 1);
 
 }  // namespace gradpress::plan

@@ -65,5 +65,31 @@ TEST_CASE("report: time to the target is the run's steps times the predicted ste
   CHECK_THROWS_WITH(Report({c}, k, {1}, false, acc), Catch::Contains("give one per method"));
 }
 
+TEST_CASE("report: with a target, the suggestion and crossover are in time to it") {
+  // "fast" steps in 10 ms but needs 3x the steps of "slow", which steps in 20 ms.
+  auto method = [](const char* name, double backward) {
+    Calibration c;
+    c.method = name;
+    c.backward_ms = backward;
+    BucketProfile b;
+    b.ready_ms = backward;
+    c.buckets = {b};
+    return c;
+  };
+  const Calibration slow = method("slow", 20), fast = method("fast", 10);
+  Cluster k;
+  k.workers = 1;
+  AccuracyTarget acc;
+  acc.target_acc = 0.9;
+  acc.steps = {std::optional<int64_t>(100), std::optional<int64_t>(300)};
+  const std::string s = Suggest({slow, fast}, k, acc);
+  INFO(s);
+  CHECK(s.find("'slow' reaches 0.9 first: 2.0 s (100 steps of 20.0 ms)") != std::string::npos);
+  CHECK(Suggest({slow, fast}, k).find("'fast' is fastest") != std::string::npos);
+  acc.steps = {std::nullopt, std::optional<int64_t>(300)};
+  CHECK(Suggest({slow, fast}, k, acc).find("'slow' (its run never reached 0.9)") !=
+        std::string::npos);
+}
+
 }  // namespace
 }  // namespace gradpress::plan
