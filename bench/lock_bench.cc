@@ -43,6 +43,7 @@
 
 #include "bench/barrier.h"
 #include "bench/bench.h"
+#include "bench/flat_model.h"
 #include "bench/server_process.h"
 #include "common/config.h"
 #include "common/error.h"
@@ -95,22 +96,7 @@ double Percentile(std::vector<double> v, double q) {
 }
 
 std::vector<TensorSpec> Model(const LockOptions& opt) {
-  std::vector<TensorSpec> specs;
-  for (int k = 0; k < opt.keys; ++k) {
-    const int64_t len = opt.numel / opt.keys + (k == opt.keys - 1 ? opt.numel % opt.keys : 0);
-    specs.push_back({"layer" + std::to_string(k), {len}});
-  }
-  return specs;
-}
-
-std::vector<torch::Tensor> Split(const torch::Tensor& flat, const std::vector<TensorSpec>& specs) {
-  std::vector<torch::Tensor> parts;
-  int64_t off = 0;
-  for (const auto& s : specs) {
-    parts.push_back(flat.narrow(0, off, s.shape[0]));
-    off += s.shape[0];
-  }
-  return parts;
+  return FlatModel(opt.numel, opt.keys, "layer");
 }
 
 // One round on m->path: its calls and steps are appended to *m.
@@ -165,7 +151,7 @@ void RunRound(const LockOptions& opt, const Config& job, const std::string& dir,
         worker::GrpcPsClient client(options(w, false));
         client.Register(model);
         const torch::Tensor flat = torch::zeros({opt.numel});
-        std::vector<torch::Tensor> out = Split(flat, model);
+        std::vector<torch::Tensor> out = SplitFlat(flat, model);
         client.InitOrPull(&out);
         client.PushPull(0, grads[w], &out);  // warm-up: first allocations on both sides
         start.Wait();
@@ -308,7 +294,7 @@ void RunLock(LockOptions opt) {
     std::vector<std::vector<torch::Tensor>> grads;
     for (int w = 0; w < kWorkers; ++w) {
       auto gen = at::detail::createCPUGenerator(kSeed + w);
-      grads.push_back(Split((torch::randn({opt.numel}, gen) * 0.01f).contiguous(), Model(opt)));
+      grads.push_back(SplitFlat((torch::randn({opt.numel}, gen) * 0.01f).contiguous(), Model(opt)));
     }
     std::cerr << "gradpress-bench lock: " << opt.config << ", numel=" << opt.numel
               << " keys=" << opt.keys << " steps=" << opt.steps << " rounds=" << opt.rounds

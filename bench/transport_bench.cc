@@ -40,6 +40,7 @@
 
 #include "bench/barrier.h"
 #include "bench/bench.h"
+#include "bench/flat_model.h"
 #include "bench/server_process.h"
 #include "bench/tcp_loopback.h"
 #include "common/error.h"
@@ -98,24 +99,8 @@ double ServerMsBetween(const std::string& before, const std::string& after) {
   return (m1 * s1 - m0 * s0) / (s1 - s0);
 }
 
-// The model: `keys` 1-D keys that split numel; per worker tensors are views of one tensor.
 std::vector<TensorSpec> Model(const TransportOptions& opt) {
-  std::vector<TensorSpec> specs;
-  for (int k = 0; k < opt.keys; ++k) {
-    const int64_t len = opt.numel / opt.keys + (k == opt.keys - 1 ? opt.numel % opt.keys : 0);
-    specs.push_back({"grad" + std::to_string(k), {len}});
-  }
-  return specs;
-}
-
-std::vector<torch::Tensor> Split(const torch::Tensor& flat, const std::vector<TensorSpec>& specs) {
-  std::vector<torch::Tensor> parts;
-  int64_t off = 0;
-  for (const auto& s : specs) {
-    parts.push_back(flat.narrow(0, off, s.shape[0]));
-    off += s.shape[0];
-  }
-  return parts;
+  return FlatModel(opt.numel, opt.keys, "grad");
 }
 
 // The server's config for a row: its codec as the pull codec (every tensor compressed),
@@ -174,7 +159,7 @@ Row RunCodec(const TransportOptions& opt, const std::string& spec, const CodecSp
     worker::GrpcPsClient client(o);
     client.Register(model);
     const torch::Tensor flat = torch::zeros({opt.numel});
-    std::vector<torch::Tensor> out = Split(flat, model);
+    std::vector<torch::Tensor> out = SplitFlat(flat, model);
     client.InitOrPull(&out);
     for (int64_t step = 0; step <= S; ++step) {
       const Clock::time_point push_go = barrier.Wait();
@@ -308,7 +293,7 @@ void RunTransport(const TransportOptions& opt) {
     for (int w = 0; w < opt.workers; ++w) {
       auto gen = at::detail::createCPUGenerator(kSeed + w);
       grads.push_back(
-          Split((torch::randn({opt.numel}, gen) * kGradScale).contiguous(), Model(opt)));
+          SplitFlat((torch::randn({opt.numel}, gen) * kGradScale).contiguous(), Model(opt)));
     }
     const uint64_t bytes = uint64_t{4} * opt.numel * opt.workers;
     std::cerr << "gradpress-bench transport: numel=" << opt.numel << " workers=" << opt.workers
