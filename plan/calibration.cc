@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "bench/bench.h"
 #include "common/codec_spec.h"
 #include "common/error.h"
 #include "common/json_line.h"
@@ -16,16 +17,9 @@
 #include "worker/data/sampler.h"
 #include "worker/data/transforms.h"
 #include "worker/models/model_factory.h"
-#include "worker/models/torchscript.h"
 
 namespace gradpress::plan {
 namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
 
 // A codec per key: the configured one, or none for keys that travel uncompressed.
 std::vector<std::unique_ptr<compressors::Compressor>> Codecs(const CodecSpec& spec,
@@ -56,10 +50,8 @@ std::vector<Calibration> Calibrate(const Config& config, const std::vector<std::
                                               static_cast<uint64_t>(c.train.seed));
   const int64_t channels = data.train.images.size(1), size = data.train.images.size(2);
   torch::manual_seed(c.train.seed);
-  auto model =
-      c.model == "torchscript"
-          ? worker::models::LoadTorchScript(c.model_path, channels, size, worker::data::kNumClasses)
-          : worker::models::MakeModel(c.model, channels, size, worker::data::kNumClasses);
+  auto model = worker::models::MakeJobModel(c.model, c.model_path, channels, size,
+                                            worker::data::kNumClasses);
   model->train();
   std::vector<torch::Tensor> params = model->parameters();
   torch::optim::SGD sgd(params, torch::optim::SGDOptions(c.train.lr).momentum(c.train.momentum));
@@ -152,16 +144,16 @@ std::vector<Calibration> Calibrate(const Config& config, const std::vector<std::
   std::vector<Calibration> out;
   for (Method& m : ms) {
     Calibration& c = m.out;
-    c.forward_ms = Median(fwd);
-    c.backward_ms = Median(bwd);
-    c.optimizer_ms = Median(opt);
+    c.forward_ms = bench::Median(fwd);
+    c.backward_ms = bench::Median(bwd);
+    c.optimizer_ms = bench::Median(opt);
     for (size_t b = 0; b < keys.size(); ++b) {
       BucketProfile& p = c.buckets[b];
-      p.ready_ms = Median(ready[b]);
-      p.encode_ms = Median(m.enc[b]);
-      p.decode_ms = Median(m.dec[b]);
-      p.push_ms = Median(m.push_ms[b]);
-      p.finalize_ms = Median(m.fin[b]);
+      p.ready_ms = bench::Median(ready[b]);
+      p.encode_ms = bench::Median(m.enc[b]);
+      p.decode_ms = bench::Median(m.dec[b]);
+      p.push_ms = bench::Median(m.push_ms[b]);
+      p.finalize_ms = bench::Median(m.fin[b]);
     }
     std::stable_sort(
         c.buckets.begin(), c.buckets.end(),

@@ -25,7 +25,6 @@
 #include "worker/data/transforms.h"
 #include "worker/lr_schedule.h"
 #include "worker/models/model_factory.h"
-#include "worker/models/torchscript.h"
 
 namespace gradpress::worker {
 namespace {
@@ -63,9 +62,7 @@ Trainer::Trainer(TrainerOptions options)
   {
     std::lock_guard<std::mutex> lock(SeedMutex());
     torch::manual_seed(c.train.seed);
-    model_ = c.model == "torchscript"
-                 ? models::LoadTorchScript(c.model_path, channels, size, data::kNumClasses)
-                 : models::MakeModel(c.model, channels, size, data::kNumClasses);
+    model_ = models::MakeJobModel(c.model, c.model_path, channels, size, data::kNumClasses);
   }
   model_->to(device_);
   model_->train();

@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "worker/models/lenet.h"
 #include "worker/models/resnet.h"
+#include "worker/models/torchscript.h"
 #include "worker/models/vgg.h"
 
 namespace gradpress::worker::models {
@@ -22,6 +23,12 @@ std::shared_ptr<Net> MakeModel(const std::string& name, int64_t in_channels, int
   for (const auto& n : KnownModels()) known += (known.empty() ? "" : ", ") + n;
   GP_ENFORCE(false, "unknown model '", name, "'; known models: ", known);
   return nullptr;  // unreachable
+}
+
+std::shared_ptr<Net> MakeJobModel(const std::string& name, const std::string& path,
+                                  int64_t in_channels, int64_t image_size, int64_t classes) {
+  return name == "torchscript" ? LoadTorchScript(path, in_channels, image_size, classes)
+                               : MakeModel(name, in_channels, image_size, classes);
 }
 
 }  // namespace gradpress::worker::models

@@ -13,6 +13,8 @@
 //   resnet20  image_size 28 or 32   ResNet-20 He et al., option A  (resnet.h)  269,722
 // (counts for 10 classes, 3x32x32 unless noted). An unknown name throws InvalidArgument listing
 // the known ones; an unsupported in_channels / image_size / classes throws InvalidArgument.
+// MakeJobModel is the job's `model:`: "torchscript" loads `path` (torchscript.h), any other
+// name is MakeModel's.
 // Thread-safety: pure function.
 #include <memory>
 #include <string>
@@ -24,6 +26,9 @@ namespace gradpress::worker::models {
 
 std::shared_ptr<Net> MakeModel(const std::string& name, int64_t in_channels, int64_t image_size,
                                int64_t classes);
+
+std::shared_ptr<Net> MakeJobModel(const std::string& name, const std::string& path,
+                                  int64_t in_channels, int64_t image_size, int64_t classes);
 
 // {"lenet", "vgg11", "resnet18", "resnet20"}
 const std::vector<std::string>& KnownModels();
