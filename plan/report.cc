@@ -26,6 +26,13 @@ double CodecMs(const Calibration& c) {
   return ms;
 }
 
+// Method i's predicted ms to the target (its run's steps x its step); none when no target was
+// asked or its run never reached it.
+std::optional<double> TimeToTargetMs(const AccuracyTarget& acc, size_t i, const StepPrediction& p) {
+  if (acc.steps.empty() || !acc.steps[i]) return std::nullopt;
+  return static_cast<double>(*acc.steps[i]) * p.step_ms;
+}
+
 }  // namespace
 
 std::string Suggest(const std::vector<Calibration>& methods, const Cluster& k,
@@ -35,9 +42,7 @@ std::string Suggest(const std::vector<Calibration>& methods, const Cluster& k,
   std::vector<double> time;  // ms to the target, or per step; < 0: never reached
   for (size_t i = 0; i < methods.size(); ++i) {
     p.push_back(PredictStep(methods[i], k));
-    time.push_back(!to_target     ? p[i].step_ms
-                   : acc.steps[i] ? static_cast<double>(*acc.steps[i]) * p[i].step_ms
-                                  : -1);
+    time.push_back(to_target ? TimeToTargetMs(acc, i, p[i]).value_or(-1) : p[i].step_ms);
   }
   size_t best = methods.size();
   for (size_t i = 0; i < p.size(); ++i)
@@ -96,7 +101,7 @@ std::string Report(const std::vector<Calibration>& methods, const Cluster& clust
     for (size_t i = 0; i < methods.size(); ++i) {
       const Calibration& m = methods[i];
       const StepPrediction p = PredictStep(m, k);
-      const std::optional<int64_t> steps = to_target ? acc.steps[i] : std::nullopt;
+      const std::optional<double> to_ms = TimeToTargetMs(acc, i, p);
       const double share = p.step_ms > 0 ? p.exposed_comm_ms / p.step_ms : 0;
       if (json) {
         JsonLine j;
@@ -113,8 +118,7 @@ std::string Report(const std::vector<Calibration>& methods, const Cluster& clust
             .Num("comm_share", share)
             .Int("bytes_up", p.bytes_up)
             .Int("bytes_down", p.bytes_down);
-        if (steps)
-          j.Int("steps_to_target", *steps).Num("time_to_target_s", *steps * p.step_ms / 1e3);
+        if (to_ms) j.Int("steps_to_target", *acc.steps[i]).Num("time_to_target_s", *to_ms / 1e3);
         out << j.Done() << "\n";
         continue;
       }
@@ -125,9 +129,9 @@ std::string Report(const std::vector<Calibration>& methods, const Cluster& clust
       out << line;
       if (to_target)
         out << "  "
-            << (steps ? Fmt("%.1f s", *steps * p.step_ms / 1e3) + " (" + std::to_string(*steps) +
-                            " steps)"
-                      : std::string("not reached"));
+            << (to_ms
+                    ? Fmt("%.1f s", *to_ms / 1e3) + " (" + std::to_string(*acc.steps[i]) + " steps)"
+                    : std::string("not reached"));
       out << "\n";
     }
   }
