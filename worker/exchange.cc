@@ -60,16 +60,23 @@ std::vector<torch::Tensor> Exchange::Aliases() const {
   return out;
 }
 
-double Exchange::ApplyGradients(const std::vector<torch::Tensor>& received) {
-  Timer t;
-  auto& params = *ctx_.params;
+void WriteGradients(const std::vector<torch::Tensor>& params,
+                    const std::vector<torch::Tensor>& received) {
+  torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params.size(); ++i) {
     torch::Tensor& g = params[i].mutable_grad();
-    if (g.defined())
-      g.copy_(received[i]);
+    const torch::Tensor& r = received[i];
+    if (g.defined() && g.sizes() == r.sizes() && g.device() == r.device() &&
+        g.scalar_type() == r.scalar_type())
+      g.copy_(r);
     else
-      g = received[i].clone();  // received is the next step's buffer
+      g = r.clone();
   }
+}
+
+double Exchange::ApplyGradients(const std::vector<torch::Tensor>& received) {
+  Timer t;
+  WriteGradients(*ctx_.params, received);
   StepOptimizer();
   return t.ElapsedMs();
 }

@@ -185,7 +185,7 @@ StepMetrics WorkerSession::Exchange(double lr) {
     worker::Merge(scheduler_->Finish(params_, &m.exposed_comm_ms), worker::Concurrency::kSerial,
                   &m);
     m.overlap = true;
-    if (!weights_) WriteGradients();  // weights were written into the parameters
+    if (!weights_) worker::WriteGradients(params_, received_);  // weights: in place already
   } else {
     // The method's own exchange: gradient methods leave the averaged gradients in p.grad
     // (zeros pushed for a parameter without one), weights land in the parameters, method 6
@@ -213,18 +213,6 @@ std::vector<torch::Tensor> WorkerSession::Aliases() const {
   std::vector<torch::Tensor> out;
   for (const auto& p : params_) out.push_back(p.detach());
   return out;
-}
-
-void WorkerSession::WriteGradients() {
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    torch::Tensor& g = params_[i].mutable_grad();
-    if (g.defined() && g.sizes() == received_[i].sizes() && g.device() == received_[i].device() &&
-        g.scalar_type() == received_[i].scalar_type())
-      g.copy_(received_[i]);
-    else
-      g = received_[i].clone();  // received_ is the next step's buffer
-  }
 }
 
 double WorkerSession::EndEpoch(int64_t epoch, double accuracy) {

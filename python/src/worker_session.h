@@ -119,7 +119,6 @@ class WorkerSession {
  private:
   void Begin(double lr);                       // the scheduler's step
   std::vector<torch::Tensor> Aliases() const;  // detached aliases of the parameters
-  void WriteGradients();
 
   SessionOptions opt_;
   Config config_;
