@@ -16,6 +16,23 @@ void CheckCodecNamed(const CodecSpec& spec, const std::string& key) {
   if (spec.then) CheckCodecNamed(*spec.then, key + ".then");
 }
 
+// compress.auto picks each key's push codec once, for the step the model predicts.
+void CheckAuto(const Config& c) {
+  const CompressConfig& a = c.compress;
+  if (!a.auto_select) return;
+  GP_ENFORCE(a.link_gbps > 0,
+             "compress.auto needs compress.link_gbps: the link rate (Gbit/s) to choose for");
+  GP_ENFORCE(c.push.codec != "none",
+             "compress.auto chooses between none, fp16 and the push codec: set push.codec to the "
+             "compressing one (e.g. push=topk ratio=0.01)");
+  GP_ENFORCE(c.sync.mode == "sync" && c.sync.every == 1,
+             "compress.auto predicts a synchronous step that exchanges every step: it needs "
+             "sync.mode sync and sync.every 1");
+  GP_ENFORCE(a.dynamic.ladder.empty() && a.warmup_epochs == 0 && a.momentum_correction == 0,
+             "compress.auto fixes each key's push codec: it does not combine with "
+             "compress.dynamic.ladder, compress.warmup_epochs or compress.momentum_correction");
+}
+
 // How the sync keys, the exchange and the compression options combine (methods 1-6).
 void CheckTraining(const Config& c) {
   const SyncConfig& y = c.sync;
@@ -36,6 +53,7 @@ void CheckTraining(const Config& c) {
              "momentum correction or warm-up");
   GP_ENFORCE(c.compress.warmup_epochs == 0 || c.push.params.count("ratio") > 0,
              "compress.warmup_epochs needs push.ratio (the density the warm-up ends at)");
+  CheckAuto(c);
   GP_ENFORCE((c.model == "torchscript") == !c.model_path.empty(),
              c.model == "torchscript"
                  ? "model torchscript needs model.path: the file torch.jit.script(model).save wrote"

@@ -81,6 +81,12 @@ struct CompressConfig {
   double clip_norm = 0;            // > 0: clip each worker's gradient to clip_norm/sqrt(N)
   int warmup_epochs = 0;           // sparsity warm-up: density max(ratio, 0.25^(e+1))
   DynamicCompressionConfig dynamic;
+  // compress.auto (worker/auto_codecs.h): each key's push codec chosen at start among none,
+  // fp16 and `push` by the step model for this link, from a calibration on this worker.
+  bool auto_select = false;       // yaml: compress.auto
+  double link_gbps = 0;           // the link the choice is for (needed with auto)
+  double link_latency_ms = 0;     // one way
+  std::string topology = "star";  // star: a shard's link carries its workers; links: one each
 };
 
 struct ServerConfig {

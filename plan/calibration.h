@@ -1,11 +1,7 @@
 #pragma once
-// Calibration of the step-time model (plan/step_model.h) on this machine: the job's model
-// (config `model`, a TorchScript file included) trains a few batches of its dataset on one
-// worker, and each bucket (worker/bucket_scheduler.h's split of sync.bucket_mb) is measured:
-// when backward produced its last gradient, how long the push codec takes on its real
-// gradients (error feedback included) and how many bytes it makes, the server's share (the
-// push's decode, the mean and the pull codec's encode) and the worker's decode of the pull.
-// Keys under compress.min_numel (and 1-D ones with skip_1d) travel uncompressed, as in a run.
+// gradpress-plan's calibrations: worker/calibration.h's measurement, key by key, assembled
+// into the buckets of the pipelined step (worker/bucket_scheduler.h's split of
+// sync.bucket_mb), one Calibration per method; and their YAML form.
 //
 //   std::vector<Calibration> c = Calibrate(config, {"none", "topk ratio=0.01"}, /*steps=*/5);
 //
@@ -18,7 +14,8 @@
 #include <vector>
 
 #include "common/config.h"
-#include "plan/step_model.h"
+#include "plan/report.h"  // the step model's types, in plan's namespace
+#include "worker/calibration.h"
 
 namespace gradpress::plan {
 

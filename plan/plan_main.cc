@@ -7,7 +7,7 @@
 // none, fp16 and method 5's top-k 1% + QSGD 16 with error feedback) on this machine with the
 // config's model, batch and bucket size (plan/calibration.h), or reads calibrations saved by
 // --save (--calibration FILE ...), then predicts each method's step for the cluster
-// (plan/step_model.h) and prints step ms, bytes per worker per step and the share of the step
+// (worker/step_model.h) and prints step ms, bytes per worker per step and the share of the step
 // that is exposed communication, the same at every rate of --rates with the rate where each
 // method's step crosses the first method's, and a suggestion. With --accuracy RUN... (finished
 // runs, one per method) and --target-acc A: each method's predicted time to A (the steps its

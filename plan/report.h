@@ -16,9 +16,17 @@
 #include <string>
 #include <vector>
 
-#include "plan/step_model.h"
+#include "worker/step_model.h"
 
 namespace gradpress::plan {
+
+// The step model (worker/step_model.h: compress.auto uses it too), in the planner's words.
+using worker::BucketProfile;
+using worker::Calibration;
+using worker::Cluster;
+using worker::CrossoverRate;
+using worker::PredictStep;
+using worker::StepPrediction;
 
 // Time to accuracy (--accuracy, --target-acc): per method (same order), the steps its run
 // needed to reach target_acc, or none when it did not; empty: not asked.

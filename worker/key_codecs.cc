@@ -61,6 +61,12 @@ std::vector<int> KeyCodecs::CheckSplit(size_t keys, const std::vector<int>& buck
 void KeyCodecs::SetModel(const std::vector<TensorSpec>& model,
                          const std::vector<int>& bucket_keys) {
   bucket_keys_ = CheckSplit(model.size(), bucket_keys);
+  const bool same =
+      model.size() == model_.size() && std::equal(model.begin(), model.end(), model_.begin(),
+                                                  [](const TensorSpec& a, const TensorSpec& b) {
+                                                    return a.key == b.key && a.shape == b.shape;
+                                                  });
+  if (!same) key_specs_.clear();  // a registration again keeps compress.auto's choice
   model_ = model;
   buckets_.clear();
   size_t begin = 0;
@@ -70,7 +76,7 @@ void KeyCodecs::SetModel(const std::vector<TensorSpec>& model,
   }
   if (buckets_.empty()) buckets_.emplace_back(0, model_.size());
   push_.clear();
-  for (const auto& s : model_) push_.push_back(MakePushCodec(push_spec_, s));
+  for (size_t i = 0; i < model_.size(); ++i) push_.push_back(MakePushCodec(SpecOf(i), model_[i]));
   device_.Reset(model_.size());
 }
 
@@ -116,7 +122,7 @@ std::vector<KeyPush> KeyCodecs::Encode(int64_t step, const std::vector<torch::Te
     const compressors::StepContext ctx{model_[i].key, step};
     // DGC's momentum correction has no device kernel: its keys stay on the host.
     const bool device = !(Compressed(i) && momentum_correction_ > 0) &&
-                        device_.Encode(i, Compressed(i) ? push_spec_ : CodecSpec{}, *push_[i],
+                        device_.Encode(i, Compressed(i) ? SpecOf(i) : CodecSpec{}, *push_[i],
                                        grads[i], ctx, &p.payload.payload);
     if (!device) p.payload.payload = push_[i]->Encode(grads[i], ctx);
     m->bytes_up += p.payload.payload.bytes.size();
@@ -189,7 +195,7 @@ void KeyCodecs::LoadState(std::string_view state) {
                model_[i].key, "'");
     const uint64_t size = r.GetVarint("state length");
     GP_ENFORCE(size <= r.remaining(), "push codec state of '", key, "': ", size, " bytes");
-    fresh.push_back(MakePushCodec(push_spec_, model_[i]));
+    fresh.push_back(MakePushCodec(SpecOf(i), model_[i]));
     fresh.back()->LoadState(r.GetBytes(size, "state"));
   }
   r.ExpectEnd();
@@ -202,6 +208,18 @@ void KeyCodecs::SetPushCodec(const CodecSpec& push) {
   std::vector<std::unique_ptr<Compressor>> fresh;
   for (const auto& s : model_) fresh.push_back(MakePushCodec(push, s));  // validates all
   push_spec_ = push;
+  key_specs_.clear();
+  push_ = std::move(fresh);
+  device_.Reset(model_.size());
+}
+
+void KeyCodecs::SetKeyPushCodecs(const std::vector<CodecSpec>& per_key) {
+  GP_ENFORCE(!model_.empty(), "SetKeyPushCodecs before Register");
+  GP_ENFORCE(per_key.size() == model_.size(), "SetKeyPushCodecs: ", per_key.size(),
+             " codecs for a model of ", model_.size(), " keys");
+  std::vector<std::unique_ptr<Compressor>> fresh;
+  for (size_t i = 0; i < model_.size(); ++i) fresh.push_back(MakePushCodec(per_key[i], model_[i]));
+  key_specs_ = per_key;
   push_ = std::move(fresh);
   device_.Reset(model_.size());
 }

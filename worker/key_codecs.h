@@ -47,6 +47,9 @@ class CodecState {
   virtual void LoadState(std::string_view state) = 0;
   // Replaces the push codec of every compressed key (dynamic compression); fresh state.
   virtual void SetPushCodec(const CodecSpec& push) = 0;
+  // Gives each compressed key its own push codec (compress.auto: one spec per key of the
+  // registered model, in model order); fresh state. A bad spec throws and changes nothing.
+  virtual void SetKeyPushCodecs(const std::vector<CodecSpec>& per_key) = 0;
   // Sets every compressed key's sparsifier density, keeping all state (DGC warm-up). False
   // if the push codec has no density.
   virtual bool SetPushDensity(double ratio) = 0;
@@ -89,13 +92,18 @@ class KeyCodecs : public CodecState {
   std::string SaveState() const override;
   void LoadState(std::string_view state) override;
   void SetPushCodec(const CodecSpec& push) override;
+  void SetKeyPushCodecs(const std::vector<CodecSpec>& per_key) override;
   bool SetPushDensity(double ratio) override;
 
  private:
   std::unique_ptr<compressors::Compressor> MakePushCodec(const CodecSpec& push,
                                                          const TensorSpec& s) const;
   bool Compressed(size_t i) const;
+  const CodecSpec& SpecOf(size_t i) const {
+    return key_specs_.empty() ? push_spec_ : key_specs_[i];
+  }
   CodecSpec push_spec_;
+  std::vector<CodecSpec> key_specs_;  // per key when SetKeyPushCodecs chose; else push_spec_
   int64_t min_numel_;
   bool skip_1d_;
   double momentum_correction_;

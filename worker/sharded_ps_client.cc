@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/shape.h"
 #include "common/task_threads.h"
+#include "compressors/registry.h"
 
 namespace gradpress::worker {
 namespace {
@@ -371,6 +372,17 @@ void ShardedPsClient::LoadState(std::string_view state) {
 
 void ShardedPsClient::SetPushCodec(const CodecSpec& push) {
   for (auto& c : codecs_) c->SetPushCodec(push);
+}
+
+void ShardedPsClient::SetKeyPushCodecs(const std::vector<CodecSpec>& per_key) {
+  GP_ENFORCE(per_key.size() == model_.size(), "SetKeyPushCodecs: ", per_key.size(),
+             " codecs for a model of ", model_.size(), " keys");
+  for (const CodecSpec& spec : per_key) compressors::MakeCompressor(spec);  // all valid first
+  for (size_t s = 0; s < codecs_.size(); ++s) {
+    std::vector<CodecSpec> mine;
+    for (size_t i : parts_of_[s]) mine.push_back(per_key[placement_.parts[i].tensor]);
+    codecs_[s]->SetKeyPushCodecs(mine);
+  }
 }
 
 bool ShardedPsClient::SetPushDensity(double ratio) {

@@ -64,6 +64,7 @@ class ShardedPsClient : public PsClient, public CodecState {
   std::string SaveState() const override;
   void LoadState(std::string_view state) override;
   void SetPushCodec(const CodecSpec& push) override;
+  void SetKeyPushCodecs(const std::vector<CodecSpec>& per_key) override;  // a part: its tensor's
   bool SetPushDensity(double ratio) override;
 
   // After a call failed with LostByServer: the shards that lost this worker (restarted from

@@ -114,6 +114,8 @@ std::vector<torch::Tensor> Trainer::Parameters() {
 
 void Trainer::Connect(bool resume) {
   if (connected_) return;
+  // Before registering: the calibration's batches keep no server waiting for this worker.
+  if (opt_.config.compress.auto_select && auto_push_.empty()) ChooseCodecs();
   std::vector<compressors::TensorSpec> specs;
   for (const auto& item : model_->named_parameters())
     specs.push_back({item.key(), exchange_->KeyShape(item.value())});
@@ -121,6 +123,7 @@ void Trainer::Connect(bool resume) {
   server_rank_ = info.rank;  // the server's numbering (registration order), used by Elect
   exchange_->Init();         // the first worker's weights win; every worker adopts them
   if (controller_) SetPushCodec(controller_->current(), /*epoch=*/-1);
+  if (!auto_push_.empty()) client_.codecs->SetKeyPushCodecs(auto_push_);
   // A rejoining worker (server already past step 0) continues at the server's step.
   step_ = exchange_->Reset(info.server_step);
   connected_ = true;

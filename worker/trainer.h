@@ -63,10 +63,8 @@ struct TrainerOptions {
   const std::atomic<bool>* stop = nullptr;  // set (SIGTERM): finish the step, checkpoint, return
   // The exchange's carrier: null = gRPC to `server`; gradpress-sim passes its in-process one.
   CarrierFactory make_client;
-  // Preloaded data (its tensors are shared, read only; null = load config.dataset).
-  const data::DatasetPair* data = nullptr;
-  // summary.json: extra fields (gradpress-sim: "runner").
-  std::function<void(JsonLine&)> summary_extra;
+  const data::DatasetPair* data = nullptr;  // preloaded, shared read only (null: config.dataset)
+  std::function<void(JsonLine&)> summary_extra;  // summary.json's extra fields (sim: "runner")
 };
 
 class Trainer {
@@ -106,6 +104,7 @@ class Trainer {
  private:
   // Dynamic compression: installs the decision's push codec and records it (epoch -1: start).
   void SetPushCodec(const CompressionDecision& d, int64_t epoch);
+  void ChooseCodecs();  // compress.auto: calibrates, chooses (auto_push_) and logs per key
   // Mean cross-entropy over the first max_images training images, in eval mode.
   double ProbeTrainLoss(int64_t max_images);
   // Connect; resume: restore the checkpoint of the server's step.
@@ -142,6 +141,7 @@ class Trainer {
   int64_t dense_bytes_ = 0;
   std::unique_ptr<CompressionController> controller_;  // compress.dynamic.ladder set
   double push_ratio_ = 0;                              // DGC warm-up: the final density
+  std::vector<CodecSpec> auto_push_;                   // compress.auto: per key, once chosen
   std::mt19937_64 rng_;                                // data augmentation
   std::string checkpoint_dir_;
   int64_t last_checkpoint_ = -1;  // server step of the last checkpoint written or restored

@@ -1,7 +1,8 @@
 // The Trainer's checkpoints, resume and rejoin (shared/DESIGN.md, "Reliability rules").
 // Sections: "meta" (step, syncs, local steps since the last sync, rank, workers, config
 // hash), "torch" (a LibTorch archive: model parameters and buffers, optimizer state, method
-// 6's anchor), "rng" (the augmentation RNG), "push" (CodecState::SaveState, key_codecs.h). A
+// 6's anchor), "rng" (the augmentation RNG), "push" (CodecState::SaveState, key_codecs.h),
+// "auto" (compress.auto's push codec per key, a shorthand a line, when it chose). A
 // checkpoint's step is the server step, so worker and server checkpoints of one moment share a
 // number.
 #include <spdlog/spdlog.h>
@@ -56,6 +57,11 @@ std::string Trainer::WriteCheckpoint() {
   rng << rng_;
   c.Put("rng", rng.str());
   c.Put("push", client_.codecs->SaveState());
+  if (!auto_push_.empty()) {
+    std::string lines;
+    for (const CodecSpec& s : auto_push_) lines += s.ToShorthand() + "\n";
+    c.Put("auto", lines);
+  }
   try {
     const std::string path = SaveCheckpoint(checkpoint_dir_, c, opt_.config.train.checkpoint_keep);
     last_checkpoint_ = at;
@@ -110,6 +116,13 @@ void Trainer::RestoreCheckpoint(const Checkpoint& c) {
   std::istringstream rng(c.Get("rng"));
   rng >> rng_;
   GP_ENFORCE(!rng.fail(), context, ": the augmentation RNG state does not parse");
+  if (c.Has("auto")) {  // the codecs the state was saved with, whatever this start chose
+    std::vector<CodecSpec> chosen;
+    std::istringstream lines(c.Get("auto"));
+    for (std::string line; std::getline(lines, line);) chosen.push_back(ParseCodecShorthand(line));
+    client_.codecs->SetKeyPushCodecs(chosen);
+    auto_push_ = chosen;
+  }
   client_.codecs->LoadState(c.Get("push"));
   step_ = step;
   exchange_->Restore(sync_round, since_sync);

@@ -1,12 +1,22 @@
-// The Trainer's dynamic compression: the controller's codec changes and its loss probe.
+// The Trainer's dynamic compression (the controller's codec changes and its loss probe) and
+// compress.auto's choice of a push codec per key.
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include "common/json_line.h"
 #include "compressors/compressor_config.h"
+#include "worker/auto_codecs.h"
 #include "worker/trainer.h"
 
 namespace gradpress::worker {
+
+void Trainer::ChooseCodecs() {
+  KeyCalibration calibration;
+  const AutoChoice a = ChooseKeyCodecs(opt_.config, /*steps=*/3, &calibration);
+  for (const std::string& line : a.Describe(calibration))
+    spdlog::info("worker-{} {}", opt_.rank, line);
+  auto_push_ = a.push;
+}
 
 void Trainer::SetPushCodec(const CompressionDecision& d, int64_t epoch) {
   Settle();  // the codecs of a step still in flight stay until it ends

@@ -29,9 +29,9 @@ Config LoadJobConfig(const SessionOptions& o) {
 // What this front end does not run (yet): the rest is every method the C++ worker runs.
 void CheckSupported(const Config& c) {
   GP_ENFORCE(c.compress.clip_norm <= 0 && c.compress.dynamic.ladder.empty() &&
-                 c.compress.warmup_epochs == 0,
-             "gradpress.torch does not run compress.clip_norm, compress.dynamic or ",
-             "compress.warmup_epochs yet");
+                 c.compress.warmup_epochs == 0 && !c.compress.auto_select,
+             "gradpress.torch does not run compress.clip_norm, compress.dynamic, ",
+             "compress.warmup_epochs or compress.auto yet");
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// The planner's step model (plan/step_model.h): hand-computed pipelines, and the properties
+// The planner's step model (worker/step_model.h): hand-computed pipelines, and the properties
 // a user relies on (overlap never slower than serial, the shared server link, crossovers).
-#include "plan/step_model.h"
+#include "worker/step_model.h"
 
 #include <catch2/catch.hpp>
 

@@ -120,6 +120,29 @@ sync: {mode: sync, exchange: gradients}
   CHECK(job.metrics.find("stalled") != std::string::npos);
 }
 
+TEST_CASE("compress.auto sends top-k on a slow link and more on a fast one, and trains", "[auto]") {
+  // The same job, the choice made for a 100 kbit/s link and for a 10 Tbit/s one: on the
+  // slow one every big key is worth top-k's encode, on the fast one none is (the input
+  // layer's encode is exposed after backward; the others hide and go to fp16 or none).
+  auto job = [](double gbps) {
+    return RunJob(std::string("name: auto-test") + kBase +
+                  ", auto: true, link_gbps: " + std::to_string(gbps) + R"(, topology: links}
+train: {epochs: 1, batch_size: 16, lr: 0.05, momentum: 0.9, seed: 3, log_every: 0}
+sync: {mode: sync, exchange: gradients}
+push: {codec: topk, ratio: 0.01, error_feedback: true}
+pull: {codec: topk, ratio: 0.01, error_feedback: true}
+)");
+  };
+  const Job slow = job(0.0001), fast = job(10000);
+  const double slow_up = BytesUp(slow.metrics, 0, 32), fast_up = BytesUp(fast.metrics, 0, 32);
+  WARN("compress.auto: bytes up per step "
+       << slow_up << " at 100 kbit/s, " << fast_up << " at 10 Tbit/s; test_acc "
+       << slow.summaries[0].test_acc << ", " << fast.summaries[0].test_acc);
+  CHECK(10 * slow_up < fast_up);
+  CHECK(slow.summaries[0].test_acc > 0.3);
+  CHECK(fast.summaries[0].test_acc > 0.3);
+}
+
 TEST_CASE("Gaussian-averaged exchange sends two floats per key and trains", "[gaussian]") {
   const Job job = RunJob(std::string("name: gaussian-test") + kBase + R"(}
 train: {epochs: 2, batch_size: 16, lr: 0.05, momentum: 0.9, seed: 3, log_every: 0}

@@ -1,11 +1,11 @@
-#include "plan/step_model.h"
+#include "worker/step_model.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "common/error.h"
 
-namespace gradpress::plan {
+namespace gradpress::worker {
 namespace {
 
 // ms to move `bytes` at `gbps`.
@@ -78,4 +78,4 @@ double CrossoverRate(const Calibration& a, const Calibration& b, Cluster cluster
   return std::sqrt(lo * hi);
 }
 
-}  // namespace gradpress::plan
+}  // namespace gradpress::worker

@@ -1,6 +1,6 @@
 #pragma once
-// The step-time model of the planner (gradpress-plan, docs/planner.md): one training step of
-// a worker predicted from a calibration of the model and codec (plan/calibration.h) for a
+// The step-time model (gradpress-plan and compress.auto, docs/planner.md): one training step
+// of a worker predicted from a calibration of the model and codecs (calibration.h) for a
 // cluster of W workers, S server shards, a link rate and a latency, following the pipeline
 // the code runs (worker/bucket_scheduler.h, server/aggregation.h):
 //
@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-namespace gradpress::plan {
+namespace gradpress::worker {
 
 // One bucket of the model, as measured on one worker (ms, payload bytes).
 struct BucketProfile {
@@ -76,4 +76,4 @@ StepPrediction PredictStep(const Calibration& c, const Cluster& cluster);
 double CrossoverRate(const Calibration& a, const Calibration& b, Cluster cluster, double lo,
                      double hi, double steps_a = 1, double steps_b = 1);
 
-}  // namespace gradpress::plan
+}  // namespace gradpress::worker

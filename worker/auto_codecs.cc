@@ -1,0 +1,113 @@
+#include "worker/auto_codecs.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "common/error.h"
+
+namespace gradpress::worker {
+namespace {
+
+double StepMs(const KeyCalibration& k, const std::vector<int>& choice, const Cluster& cluster) {
+  return PredictStep(Assemble(k, choice, "auto"), cluster).step_ms;
+}
+
+}  // namespace
+
+Cluster AutoCluster(const Config& c) {
+  Cluster k;
+  k.workers = c.cluster.workers;
+  k.shards = std::max<int>(1, static_cast<int>(c.cluster.servers.size()));
+  k.rate_gbps = c.compress.link_gbps;
+  k.latency_ms = c.compress.link_latency_ms;
+  k.overlap = c.sync.overlap;
+  k.star = c.compress.topology == "star";
+  return k;
+}
+
+std::vector<int> ChooseMethods(const KeyCalibration& k, const Cluster& cluster) {
+  GP_ENFORCE(!k.cost.empty(), "compress.auto: no calibrated method to choose from");
+  const int methods = static_cast<int>(k.cost.size());
+  // A shorter step by less than this is a tie (the more faithful codec wins it).
+  const auto shorter = [](double a, double b) { return a < b * (1 - 1e-9); };
+  std::vector<int> best(k.keys(), 0);
+  double best_ms = StepMs(k, best, cluster);
+  for (int m = 1; m < methods; ++m) {
+    std::vector<int> uniform(k.keys(), m);
+    const double ms = StepMs(k, uniform, cluster);
+    if (shorter(ms, best_ms)) {
+      best = uniform;
+      best_ms = ms;
+    }
+  }
+  // One key at a time; each accepted move shortens the step or makes the codec more faithful
+  // at the same step, so this ends (a bounded number of sweeps as a guard).
+  for (int sweep = 0; sweep < 8; ++sweep) {
+    bool moved = false;
+    for (size_t i = 0; i < k.keys(); ++i) {
+      if (!k.compressed.empty() && !k.compressed[i]) {  // none under every method: say so
+        moved = moved || best[i] != 0;
+        best[i] = 0;
+        continue;
+      }
+      for (int m = 0; m < methods; ++m) {
+        if (m == best[i]) continue;
+        std::vector<int> trial = best;
+        trial[i] = m;
+        const double ms = StepMs(k, trial, cluster);
+        if (shorter(ms, best_ms) || (m < best[i] && !shorter(best_ms, ms))) {
+          best = std::move(trial);
+          best_ms = std::min(ms, best_ms);
+          moved = true;
+        }
+      }
+    }
+    if (!moved) break;
+  }
+  return best;
+}
+
+AutoChoice ChooseKeyCodecs(const Config& config, int steps, KeyCalibration* calibration) {
+  AutoChoice a;
+  CodecSpec fp16;
+  fp16.codec = "fp16";
+  a.candidates = {{"none", CodecSpec{}, config.pull},
+                  {"fp16", fp16, config.pull},
+                  {config.push.ToShorthand(), config.push, config.pull}};
+  *calibration = CalibrateKeys(config, a.candidates, steps);
+  const KeyCalibration& k = *calibration;
+  const Cluster cluster = AutoCluster(config);
+  a.method = ChooseMethods(k, cluster);
+  for (int m : a.method) a.push.push_back(a.candidates[m].push);
+  a.step_ms = StepMs(k, a.method, cluster);
+  for (size_t m = 0; m < a.candidates.size(); ++m)
+    a.uniform_ms.push_back(StepMs(k, std::vector<int>(k.keys(), static_cast<int>(m)), cluster));
+  return a;
+}
+
+std::vector<std::string> AutoChoice::Describe(const KeyCalibration& k) const {
+  std::vector<std::string> out;
+  char line[512];
+  for (size_t i = 0; i < method.size() && i < k.keys(); ++i) {
+    const KeyCost& c = k.cost[method[i]][i];
+    const bool fixed = !k.compressed.empty() && !k.compressed[i];
+    std::snprintf(
+        line, sizeof line,
+        "compress.auto: %s: %s (%.3f MB as float32, %lld bytes up, ready at %.1f ms)",
+        k.names[i].c_str(),
+        fixed ? "none (under compress.min_numel or skip_1d)" : candidates[method[i]].label.c_str(),
+        c.dense_bytes / 1e6, static_cast<long long>(c.bytes_up), k.ready_ms[i]);
+    out.push_back(line);
+  }
+  std::snprintf(line, sizeof line, "compress.auto: predicted step %.1f ms; every key", step_ms);
+  std::string summary = line;
+  for (size_t m = 0; m < candidates.size() && m < uniform_ms.size(); ++m) {
+    std::snprintf(line, sizeof line, "%s %s %.1f ms", m ? "," : "", candidates[m].label.c_str(),
+                  uniform_ms[m]);
+    summary += line;
+  }
+  out.push_back(summary);
+  return out;
+}
+
+}  // namespace gradpress::worker

@@ -1,0 +1,48 @@
+#pragma once
+// compress.auto (Espresso's idea, docs/planner.md): each key's push codec chosen among none,
+// fp16 and the configured push codec, whichever the step model (step_model.h) predicts the
+// shortest step with on the configured link (compress.link_gbps, link_latency_ms, topology,
+// cluster.workers, the shards, sync.overlap), from a calibration of this worker's model and
+// codecs (calibration.h). The pull stays the server's codec (config `pull`) for every key.
+//
+//   KeyCalibration cal;
+//   AutoChoice a = ChooseKeyCodecs(config, /*steps=*/3, &cal);   // calibrates: a few batches
+//   codecs->SetKeyPushCodecs(a.push);  for (auto& line : a.Describe(cal)) log(line);
+//
+// The choice starts from the fastest uniform one (every key under one candidate; a tie goes
+// to the more faithful: none, then fp16, then the configured codec) and moves one key at a
+// time to another candidate while the predicted step gets shorter, or to a more faithful one
+// while it gets no longer. So its predicted step is never above the best uniform choice's.
+// Thread-safety: pure functions, except ChooseKeyCodecs (calibration.h's).
+#include <string>
+#include <vector>
+
+#include "common/codec_spec.h"
+#include "common/config.h"
+#include "worker/calibration.h"
+#include "worker/step_model.h"
+
+namespace gradpress::worker {
+
+struct AutoChoice {
+  std::vector<CalibrationMethod> candidates;  // none, fp16, the configured push codec
+  std::vector<int> method;                    // per key: the index of its candidate
+  std::vector<CodecSpec> push;                // per key: that candidate's push codec
+  double step_ms = 0;                         // predicted with the choice
+  std::vector<double> uniform_ms;             // predicted with every key under each candidate
+  // One line per key ("conv1.weight: topk ... (1.2 MB, ready at 40.1 ms)") and a summary.
+  std::vector<std::string> Describe(const KeyCalibration& k) const;
+};
+
+// The cluster the choice is made for, from the config.
+Cluster AutoCluster(const Config& c);
+
+// Per key, the index of a calibrated method (k.cost's order, most faithful first) minimising
+// the predicted step (see above).
+std::vector<int> ChooseMethods(const KeyCalibration& k, const Cluster& cluster);
+
+// Calibrates this worker's model on none, fp16 and config.push (pull: config.pull) over
+// `steps` steps and chooses.
+AutoChoice ChooseKeyCodecs(const Config& config, int steps, KeyCalibration* calibration);
+
+}  // namespace gradpress::worker
