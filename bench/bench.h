@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/median.h"
 #include "compressors/compressor_config.h"
 
 // CLI11 is header-only and heavy; subcommands include <CLI/CLI.hpp> themselves.
@@ -54,8 +55,7 @@ void AddLockCommand(CLI::App& app);
 
 // Helpers shared by the subcommands (defined in codecs_bench.cc).
 
-// Median of v (the mean of the middle two for an even size); v must not be empty.
-double Median(std::vector<double> v);
+using gradpress::Median;  // common/median.h
 // A JSON number (%.6g); null for NaN or infinity.
 std::string JsonNumber(double v);
 // A quoted, escaped JSON string.

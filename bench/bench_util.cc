@@ -10,12 +10,6 @@
 
 namespace gradpress::bench {
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
 std::string JsonNumber(double v) {
   if (!std::isfinite(v)) return "null";
   char buf[32];

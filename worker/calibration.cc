@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "common/error.h"
+#include "common/median.h"
 #include "common/timer.h"
 #include "compressors/compressor_config.h"
 #include "compressors/registry.h"
@@ -17,13 +18,6 @@
 
 namespace gradpress::worker {
 namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 // A codec per key: the given one, or none for keys that travel uncompressed.
 std::vector<std::unique_ptr<compressors::Compressor>> Codecs(const CodecSpec& spec,
