@@ -28,43 +28,44 @@ Cluster AutoCluster(const Config& c) {
 std::vector<int> ChooseMethods(const KeyCalibration& k, const Cluster& cluster) {
   GP_ENFORCE(!k.cost.empty(), "compress.auto: no calibrated method to choose from");
   const int methods = static_cast<int>(k.cost.size());
-  // A shorter step by less than this is a tie (the more faithful codec wins it).
-  const auto shorter = [](double a, double b) { return a < b * (1 - 1e-9); };
-  std::vector<int> best(k.keys(), 0);
-  double best_ms = StepMs(k, best, cluster);
-  for (int m = 1; m < methods; ++m) {
-    std::vector<int> uniform(k.keys(), m);
-    const double ms = StepMs(k, uniform, cluster);
-    if (shorter(ms, best_ms)) {
-      best = uniform;
-      best_ms = ms;
-    }
-  }
-  // One key at a time; each accepted move shortens the step or makes the codec more faithful
-  // at the same step, so this ends (a bounded number of sweeps as a guard).
-  for (int sweep = 0; sweep < 8; ++sweep) {
-    bool moved = false;
+  const auto fixed = [&](size_t i) { return !k.compressed.empty() && !k.compressed[i]; };
+  std::vector<double> uniform_ms;
+  for (int m = 0; m < methods; ++m)
+    uniform_ms.push_back(StepMs(k, std::vector<int>(k.keys(), m), cluster));
+  // 1. The shortest step: from the best uniform choice, one key at a time while it shortens.
+  const int first =
+      static_cast<int>(std::min_element(uniform_ms.begin(), uniform_ms.end()) - uniform_ms.begin());
+  std::vector<int> choice(k.keys(), first);
+  double shortest = uniform_ms[first];
+  for (int sweep = 0, moved = 1; moved && sweep < 8; ++sweep) {
+    moved = 0;
     for (size_t i = 0; i < k.keys(); ++i) {
-      if (!k.compressed.empty() && !k.compressed[i]) {  // none under every method: say so
-        moved = moved || best[i] != 0;
-        best[i] = 0;
-        continue;
-      }
-      for (int m = 0; m < methods; ++m) {
-        if (m == best[i]) continue;
-        std::vector<int> trial = best;
+      for (int m = 0; m < methods && !fixed(i); ++m) {
+        std::vector<int> trial = choice;
         trial[i] = m;
         const double ms = StepMs(k, trial, cluster);
-        if (shorter(ms, best_ms) || (m < best[i] && !shorter(best_ms, ms))) {
-          best = std::move(trial);
-          best_ms = std::min(ms, best_ms);
-          moved = true;
+        if (ms < shortest * (1 - 1e-12)) {
+          choice = std::move(trial);
+          shortest = ms;
+          moved = 1;
         }
       }
     }
-    if (!moved) break;
   }
-  return best;
+  // 2. A more faithful uniform choice within kAutoTie of it wins: keys less faithful than it
+  // take its codec (all of them, if the mix that leaves would not be within the tie).
+  const double limit = shortest * (1 + kAutoTie);
+  for (int m = 0; m < methods; ++m) {
+    if (uniform_ms[m] > limit) continue;
+    std::vector<int> capped = choice;
+    for (int& c : capped) c = std::min(c, m);
+    if (capped != choice)
+      choice = StepMs(k, capped, cluster) <= limit ? capped : std::vector<int>(k.keys(), m);
+    break;
+  }
+  for (size_t i = 0; i < k.keys(); ++i)
+    if (fixed(i)) choice[i] = 0;
+  return choice;
 }
 
 AutoChoice ChooseKeyCodecs(const Config& config, int steps, KeyCalibration* calibration) {

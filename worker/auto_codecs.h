@@ -9,10 +9,13 @@
 //   AutoChoice a = ChooseKeyCodecs(config, /*steps=*/3, &cal);   // calibrates: a few batches
 //   codecs->SetKeyPushCodecs(a.push);  for (auto& line : a.Describe(cal)) log(line);
 //
-// The choice starts from the fastest uniform one (every key under one candidate; a tie goes
-// to the more faithful: none, then fp16, then the configured codec) and moves one key at a
-// time to another candidate while the predicted step gets shorter, or to a more faithful one
-// while it gets no longer. So its predicted step is never above the best uniform choice's.
+// The choice: from the fastest uniform one (every key under one candidate), keys move one at
+// a time to another candidate while the predicted step shortens. A more faithful uniform
+// choice (none, then fp16) whose step is within kAutoTie of that wins instead: compression
+// that saves less is not worth its accuracy, and the calibration cannot tell it apart. Keys
+// are never moved to a more faithful codec one by one on the model's word that their
+// transfer hides behind backward: on CPU workers it does not (the bytes' CPU competes with
+// the compute; measured in docs/planner.md).
 // Thread-safety: pure functions, except ChooseKeyCodecs (calibration.h's).
 #include <string>
 #include <vector>
@@ -23,6 +26,10 @@
 #include "worker/step_model.h"
 
 namespace gradpress::worker {
+
+// A predicted step within this share of the shortest is a tie: about the calibration's noise
+// on a busy machine (two workers' calibrations of one model differ by 1-2%).
+constexpr double kAutoTie = 0.01;
 
 struct AutoChoice {
   std::vector<CalibrationMethod> candidates;  // none, fp16, the configured push codec
@@ -37,8 +44,7 @@ struct AutoChoice {
 // The cluster the choice is made for, from the config.
 Cluster AutoCluster(const Config& c);
 
-// Per key, the index of a calibrated method (k.cost's order, most faithful first) minimising
-// the predicted step (see above).
+// Per key, the index of a calibrated method (k.cost's order, most faithful first; see above).
 std::vector<int> ChooseMethods(const KeyCalibration& k, const Cluster& cluster);
 
 // Calibrates this worker's model on none, fp16 and config.push (pull: config.pull) over
