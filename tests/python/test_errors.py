@@ -49,6 +49,9 @@ def test_bad_config_and_identity():
         make(model, rank=2, world_size=2)
     with pytest.raises(ValueError, match="compress.clip_norm"):
         make(model, overrides=["compress.clip_norm=1.0"])
+    with pytest.raises(ValueError, match="compress.auto"):
+        make(model, overrides=["push={codec: topk, ratio: 0.01}", "compress.auto=true",
+                               "compress.link_gbps=1"])
     with pytest.raises(TypeError):
         make(model, push=3)
 
