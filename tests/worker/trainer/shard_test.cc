@@ -149,6 +149,25 @@ TEST_CASE("a cut tensor's parts keep its other dimensions and stay compressed", 
   CHECK(whole.bytes_up < 2 * cut.bytes_up);
 }
 
+TEST_CASE("compress.auto's choice reaches every part of a cut tensor on every shard",
+          "[shards][auto]") {
+  // 2 shards, fc1 cut into 4 parts. For a 10 Tbit/s link every key is chosen uncompressed:
+  // every part of fc1 must then push its dense floats, 4 bytes each; for 100 kbit/s top-k.
+  const std::string topk = "{codec: topk, ratio: 0.01, error_feedback: true}";
+  Config c = ShardConfig("sync: {exchange: gradients}\npush: " + topk + "\npull: " + topk + "\n");
+  c.compress.auto_select = true;
+  c.compress.topology = "links";
+  c.compress.link_gbps = 10000;
+  const ShardRun fast = Run(c, 2, 3);
+  c.compress.link_gbps = 0.0001;
+  const ShardRun slow = Run(c, 2, 3);
+  int64_t floats = 0;
+  for (const auto& w : fast.weights) floats += w.numel();
+  CHECK(fast.shapes.count("fc1.weight#3") == 1);
+  CHECK(fast.bytes_up == static_cast<uint64_t>(3 * 4 * floats));
+  CHECK(10 * slow.bytes_up < fast.bytes_up);
+}
+
 TEST_CASE("a shard refuses a worker for another shard or with another placement", "[shards]") {
   server::StoreOptions so;
   so.workers = 2;
