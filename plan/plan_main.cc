@@ -12,7 +12,9 @@
 // method's step crosses the first method's, and a suggestion. With --accuracy RUN... (finished
 // runs, one per method) and --target-acc A: each method's predicted time to A (the steps its
 // run needed, plan/accuracy.h, x its predicted step). --json: one object per method
-// and rate. Exit 2 on bad input (the reason named), 1 on other failures.
+// and rate. --auto: instead, what compress.auto would choose for this cluster (per key, among
+// none, fp16 and the config's push codec; worker/auto_codecs.h), calibrated here. Exit 2 on bad
+// input (the reason named), 1 on other failures.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
@@ -27,6 +29,7 @@
 #include "plan/accuracy.h"
 #include "plan/calibration.h"
 #include "plan/report.h"
+#include "worker/auto_codecs.h"
 
 int main(int argc, char** argv) {
   namespace plan = gradpress::plan;
@@ -69,9 +72,24 @@ int main(int argc, char** argv) {
   app.add_option("--target-acc", target_acc, "the test accuracy to reach (0..1)");
   app.add_option("--plot", plot, "PNG of step ms against link rate, a line per method (gnuplot)");
   app.add_flag("--json", json, "one JSON object per method and rate on stdout, nothing else");
+  bool auto_choice = false;
+  app.add_flag("--auto", auto_choice,
+               "print compress.auto's per-key push codec for this cluster (needs --config)");
   CLI11_PARSE(app, argc, argv);
   cluster.star = topology == "star";
   try {
+    if (auto_choice) {
+      GP_ENFORCE(!config_path.empty(), "--auto calibrates the job: give --config");
+      const gradpress::Config c = gradpress::LoadConfig(config_path, overrides);
+      GP_ENFORCE(
+          c.push.codec != "none",
+          "--auto chooses between none, fp16 and the push codec: "
+          "the config's push.codec is none (e.g. --set push.codec=topk --set push.ratio=0.01)");
+      gradpress::worker::KeyCalibration k;
+      const auto a = gradpress::worker::ChooseKeyCodecs(c, cluster, steps, &k);
+      for (const std::string& line : a.Describe(k)) std::cout << line << "\n";
+      return 0;
+    }
     std::vector<plan::Calibration> cals;
     if (!calibration_files.empty()) {
       for (const std::string& f : calibration_files) {

@@ -68,7 +68,8 @@ std::vector<int> ChooseMethods(const KeyCalibration& k, const Cluster& cluster) 
   return choice;
 }
 
-AutoChoice ChooseKeyCodecs(const Config& config, int steps, KeyCalibration* calibration) {
+AutoChoice ChooseKeyCodecs(const Config& config, const Cluster& cluster, int steps,
+                           KeyCalibration* calibration) {
   AutoChoice a;
   CodecSpec fp16;
   fp16.codec = "fp16";
@@ -77,7 +78,6 @@ AutoChoice ChooseKeyCodecs(const Config& config, int steps, KeyCalibration* cali
                   {config.push.ToShorthand(), config.push, config.pull}};
   *calibration = CalibrateKeys(config, a.candidates, steps);
   const KeyCalibration& k = *calibration;
-  const Cluster cluster = AutoCluster(config);
   a.method = ChooseMethods(k, cluster);
   for (int m : a.method) a.push.push_back(a.candidates[m].push);
   a.step_ms = StepMs(k, a.method, cluster);

@@ -6,7 +6,7 @@
 // codecs (calibration.h). The pull stays the server's codec (config `pull`) for every key.
 //
 //   KeyCalibration cal;
-//   AutoChoice a = ChooseKeyCodecs(config, /*steps=*/3, &cal);   // calibrates: a few batches
+//   AutoChoice a = ChooseKeyCodecs(config, AutoCluster(config), /*steps=*/3, &cal);
 //   codecs->SetKeyPushCodecs(a.push);  for (auto& line : a.Describe(cal)) log(line);
 //
 // The choice: from the fastest uniform one (every key under one candidate), keys move one at
@@ -48,7 +48,9 @@ Cluster AutoCluster(const Config& c);
 std::vector<int> ChooseMethods(const KeyCalibration& k, const Cluster& cluster);
 
 // Calibrates this worker's model on none, fp16 and config.push (pull: config.pull) over
-// `steps` steps and chooses.
-AutoChoice ChooseKeyCodecs(const Config& config, int steps, KeyCalibration* calibration);
+// `steps` steps and chooses for `cluster` (gradpress-plan --auto: any cluster; the Trainer:
+// AutoCluster(config)).
+AutoChoice ChooseKeyCodecs(const Config& config, const Cluster& cluster, int steps,
+                           KeyCalibration* calibration);
 
 }  // namespace gradpress::worker

@@ -12,7 +12,8 @@ namespace gradpress::worker {
 
 void Trainer::ChooseCodecs() {
   KeyCalibration calibration;
-  const AutoChoice a = ChooseKeyCodecs(opt_.config, /*steps=*/3, &calibration);
+  const AutoChoice a =
+      ChooseKeyCodecs(opt_.config, AutoCluster(opt_.config), /*steps=*/3, &calibration);
   for (const std::string& line : a.Describe(calibration))
     spdlog::info("worker-{} {}", opt_.rank, line);
   auto_push_ = a.push;

@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "worker/auto_codecs.h"
+
 namespace gradpress::plan {
 namespace {
 
@@ -35,6 +37,33 @@ TEST_CASE("calibration measures every bucket of the job's model") {
   CHECK(up_none >= dense);    // codec none: the floats and a header per key
   CHECK(up_topk * 10 < up_none);
   CHECK(topk.method == "topk ratio=0.01");
+}
+
+TEST_CASE("compress.auto's choice for a cluster: top-k on a slow link, none on a fast one") {
+  Config c = Job();
+  c.push = ParseCodecShorthand("topk ratio=0.01 error_feedback=true");
+  c.pull = c.push;
+  Cluster slow;
+  slow.workers = 64;
+  slow.rate_gbps = 0.001;
+  worker::KeyCalibration k;
+  const worker::AutoChoice a = worker::ChooseKeyCodecs(c, slow, 1, &k);
+  REQUIRE(a.method.size() == k.keys());
+  REQUIRE(a.uniform_ms.size() == 3);
+  for (size_t i = 0; i < k.keys(); ++i) {
+    INFO(k.names[i]);
+    CHECK(a.method[i] == (k.compressed[i] ? 2 : 0));  // 64 workers on 1 Mbit/s: compress all
+    CHECK(a.push[i].codec == (k.compressed[i] ? "topk" : "none"));
+  }
+  CHECK(a.step_ms < a.uniform_ms[0]);
+  const std::vector<std::string> lines = a.Describe(k);
+  CHECK(lines.size() == k.keys() + 1);
+  CHECK(lines.back().find("predicted step") != std::string::npos);
+  Cluster fast = slow;
+  fast.workers = 2;
+  fast.rate_gbps = 1e5;  // the link costs nothing: nothing is worth compressing
+  const worker::AutoChoice b = worker::ChooseKeyCodecs(c, fast, 1, &k);
+  for (int m : b.method) CHECK(m == 0);
 }
 
 TEST_CASE("a calibration is saved and read back unchanged; a wrong file is named") {
