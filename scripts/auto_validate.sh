@@ -49,14 +49,6 @@ sets=("${msets[@]}" --set dataset.name=cifar10 --set "dataset.path=$synth" --set
 gbps() { case $1 in *gbit) echo "${1%gbit}" ;;
   *mbit) awk -v r="${1%mbit}" 'BEGIN { print r / 1000 }' ;;
   *) echo "auto_validate.sh: rate '$1' (use Nmbit or Ngbit)" >&2; exit 2 ;; esac; }
-median_step() {  # the run directory's rank-0 median step after warm-up
-  /usr/bin/python3 - "$1" "$2" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
-ms = sorted(r["step_ms"] for r in rows if r.get("rank") == 0 and "step_ms" in r and r.get("step", 0) >= int(sys.argv[2]))
-print(f"{ms[len(ms) // 2]:.1f}")
-PY
-}
 printf "%-8s %-7s %-28s %9s  %s\n" rate variant "step ms per round" median choice
 for rate in $rates; do
   declare -A got=()
@@ -78,7 +70,7 @@ for rate in $rates; do
         --runs-file "$runs_file" >"$out/$rate-$v-$r.log" 2>&1 ||
         { echo "auto_validate.sh: the run failed, see $out/$rate-$v-$r.log" >&2; exit 1; }
       dir=$(cat "$runs_file")
-      got[$v]+="$(median_step "$dir" 2) "
+      got[$v]+="$(/usr/bin/python3 scripts/median_step.py "$dir" 2) "
       if [[ $v == auto && -z $choice ]]; then
         # Keys that travel compressed at all (the others are none under every choice).
         choice=$(grep 'compress.auto: ' "$dir/worker-0.log" | grep -v 'compress.min_numel' |

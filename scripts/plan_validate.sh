@@ -79,13 +79,7 @@ for model in $models; do
         --set "pull=$c" --max-steps "$steps" \
         --runs-root "$out/runs" --runs-file "$runs_file" >"$out/$model-$rate-$m.log" 2>&1 ||
         { echo "plan_validate.sh: the run failed, see $out/$model-$rate-$m.log" >&2; exit 1; }
-      measured=$(python3 - "$(cat "$runs_file")" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
-ms = sorted(r["step_ms"] for r in rows if r.get("rank") == 0 and "step_ms" in r and r.get("step", 0) >= 2)
-print(ms[len(ms) // 2])
-PY
-)
+      measured=$(python3 scripts/median_step.py "$(cat "$runs_file")" 2)
       python3 -c "import sys; p, m = float(sys.argv[4]), float(sys.argv[5]); print(f'{sys.argv[1]:<9} {sys.argv[2]:<8} {sys.argv[3]:<7} {p:10.1f} {m:10.1f} {100 * (p - m) / m:+8.1f}')" \
         "$model" "$rate" "$m" "$predicted" "$measured" | tee -a "$out/points.txt"
     done
