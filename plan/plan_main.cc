@@ -81,10 +81,6 @@ int main(int argc, char** argv) {
     if (auto_choice) {
       GP_ENFORCE(!config_path.empty(), "--auto calibrates the job: give --config");
       const gradpress::Config c = gradpress::LoadConfig(config_path, overrides);
-      GP_ENFORCE(
-          c.push.codec != "none",
-          "--auto chooses between none, fp16 and the push codec: "
-          "the config's push.codec is none (e.g. --set push.codec=topk --set push.ratio=0.01)");
       gradpress::worker::KeyCalibration k;
       const auto a = gradpress::worker::ChooseKeyCodecs(c, cluster, steps, &k);
       for (const std::string& line : a.Describe(k)) std::cout << line << "\n";

@@ -12,26 +12,20 @@ double StepMs(const KeyCalibration& k, const std::vector<int>& choice, const Clu
   return PredictStep(Assemble(k, choice, "auto"), cluster).step_ms;
 }
 
-}  // namespace
+// The choice (see auto_codecs.h), its predicted step and each uniform choice's.
+struct Chosen {
+  std::vector<int> method;
+  double step_ms = 0;
+  std::vector<double> uniform_ms;
+};
 
-Cluster AutoCluster(const Config& c) {
-  Cluster k;
-  k.workers = c.cluster.workers;
-  k.shards = std::max<int>(1, static_cast<int>(c.cluster.servers.size()));
-  k.rate_gbps = c.compress.link_gbps;
-  k.latency_ms = c.compress.link_latency_ms;
-  k.overlap = c.sync.overlap;
-  k.star = c.compress.topology == "star";
-  return k;
-}
-
-std::vector<int> ChooseMethods(const KeyCalibration& k, const Cluster& cluster) {
+Chosen Choose(const KeyCalibration& k, const Cluster& cluster) {
   GP_ENFORCE(!k.cost.empty(), "compress.auto: no calibrated method to choose from");
   const int methods = static_cast<int>(k.cost.size());
-  const auto fixed = [&](size_t i) { return !k.compressed.empty() && !k.compressed[i]; };
-  std::vector<double> uniform_ms;
+  Chosen out;
   for (int m = 0; m < methods; ++m)
-    uniform_ms.push_back(StepMs(k, std::vector<int>(k.keys(), m), cluster));
+    out.uniform_ms.push_back(StepMs(k, std::vector<int>(k.keys(), m), cluster));
+  const std::vector<double>& uniform_ms = out.uniform_ms;
   // 1. The shortest step: from the best uniform choice, one key at a time while it shortens.
   const int first =
       static_cast<int>(std::min_element(uniform_ms.begin(), uniform_ms.end()) - uniform_ms.begin());
@@ -40,7 +34,8 @@ std::vector<int> ChooseMethods(const KeyCalibration& k, const Cluster& cluster) 
   for (int sweep = 0, moved = 1; moved && sweep < 8; ++sweep) {
     moved = 0;
     for (size_t i = 0; i < k.keys(); ++i) {
-      for (int m = 0; m < methods && !fixed(i); ++m) {
+      if (!k.Compressed(i)) continue;
+      for (int m = 0; m < methods; ++m) {
         std::vector<int> trial = choice;
         trial[i] = m;
         const double ms = StepMs(k, trial, cluster);
@@ -64,12 +59,34 @@ std::vector<int> ChooseMethods(const KeyCalibration& k, const Cluster& cluster) 
     break;
   }
   for (size_t i = 0; i < k.keys(); ++i)
-    if (fixed(i)) choice[i] = 0;
-  return choice;
+    if (!k.Compressed(i)) choice[i] = 0;  // none under every method: say so
+  out.step_ms = StepMs(k, choice, cluster);
+  out.method = std::move(choice);
+  return out;
+}
+
+}  // namespace
+
+Cluster AutoCluster(const Config& c) {
+  Cluster k;
+  k.workers = c.cluster.workers;
+  k.shards = std::max<int>(1, static_cast<int>(c.cluster.servers.size()));
+  k.rate_gbps = c.compress.link_gbps;
+  k.latency_ms = c.compress.link_latency_ms;
+  k.overlap = c.sync.overlap;
+  k.star = c.compress.topology == "star";
+  return k;
+}
+
+std::vector<int> ChooseMethods(const KeyCalibration& k, const Cluster& cluster) {
+  return Choose(k, cluster).method;
 }
 
 AutoChoice ChooseKeyCodecs(const Config& config, const Cluster& cluster, int steps,
                            KeyCalibration* calibration) {
+  GP_ENFORCE(config.push.codec != "none",
+             "compress.auto chooses between none, fp16 and the push codec: push.codec is none "
+             "(set the compressing one, e.g. push=topk ratio=0.01)");
   AutoChoice a;
   CodecSpec fp16;
   fp16.codec = "fp16";
@@ -77,12 +94,11 @@ AutoChoice ChooseKeyCodecs(const Config& config, const Cluster& cluster, int ste
                   {"fp16", fp16, config.pull},
                   {config.push.ToShorthand(), config.push, config.pull}};
   *calibration = CalibrateKeys(config, a.candidates, steps);
-  const KeyCalibration& k = *calibration;
-  a.method = ChooseMethods(k, cluster);
+  Chosen c = Choose(*calibration, cluster);
+  a.method = std::move(c.method);
   for (int m : a.method) a.push.push_back(a.candidates[m].push);
-  a.step_ms = StepMs(k, a.method, cluster);
-  for (size_t m = 0; m < a.candidates.size(); ++m)
-    a.uniform_ms.push_back(StepMs(k, std::vector<int>(k.keys(), static_cast<int>(m)), cluster));
+  a.step_ms = c.step_ms;
+  a.uniform_ms = std::move(c.uniform_ms);
   return a;
 }
 
@@ -91,7 +107,7 @@ std::vector<std::string> AutoChoice::Describe(const KeyCalibration& k) const {
   char line[512];
   for (size_t i = 0; i < method.size() && i < k.keys(); ++i) {
     const KeyCost& c = k.cost[method[i]][i];
-    const bool fixed = !k.compressed.empty() && !k.compressed[i];
+    const bool fixed = !k.Compressed(i);
     std::snprintf(
         line, sizeof line,
         "compress.auto: %s: %s (%.3f MB as float32, %lld bytes up, ready at %.1f ms)",

@@ -44,6 +44,8 @@ struct KeyCalibration {
   std::vector<int> split;                  // keys per bucket, model order (BucketScheduler)
   std::vector<std::vector<KeyCost>> cost;  // [method][key]
   size_t keys() const { return ready_ms.size(); }
+  // Key i travels compressed (every key when `compressed` was not filled in).
+  bool Compressed(size_t i) const { return compressed.empty() || compressed[i]; }
 };
 
 KeyCalibration CalibrateKeys(const Config& config, const std::vector<CalibrationMethod>& methods,
