@@ -15,9 +15,21 @@ void ErrorFeedback::EncodeTo(const float* in, int64_t n, const StepContext& ctx,
   if (residual_.empty()) residual_.assign(n, 0.f);
   GP_ENFORCE(static_cast<int64_t>(residual_.size()) == n, Name(),
              " with error feedback: tensor has ", n, " elements, the residual ", residual_.size());
+  const size_t start = out->size();
+  if (inner_->IsSparse()) {
+    // D(C(p)) is 0 outside the kept indices, where p - 0 is p bit for bit: p is formed in
+    // the residual itself and only the kept elements change, O(n) reads and O(k) writes
+    // instead of a second buffer, a zeroed decode and a dense subtraction. (Should the inner
+    // codec throw, the residual holds p: the gradient is kept, not lost.)
+    for (int64_t i = 0; i < n; ++i) residual_[i] = in[i] + residual_[i];
+    inner_->EncodeTo(residual_.data(), n, ctx, out);
+    inner_->DecodeSparse(std::string_view(*out).substr(start), n, &kept_, &kept_values_);
+    for (size_t j = 0; j < kept_.size(); ++j)
+      residual_[kept_[j]] = residual_[kept_[j]] - kept_values_[j];
+    return;
+  }
   corrected_.resize(n);
   for (int64_t i = 0; i < n; ++i) corrected_[i] = in[i] + residual_[i];
-  const size_t start = out->size();
   inner_->EncodeTo(corrected_.data(), n, ctx, out);
   // e = p - D(C(p)): decode what was just written into the residual, then subtract.
   inner_->DecodeTo(std::string_view(*out).substr(start), n, residual_.data());

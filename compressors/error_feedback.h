@@ -39,7 +39,9 @@ class ErrorFeedback : public Compressor {
  private:
   std::unique_ptr<Compressor> inner_;
   std::vector<float> residual_;
-  std::vector<float> corrected_;  // p = g + e, reused
+  std::vector<float> corrected_;  // p = g + e, reused (dense inner codecs)
+  std::vector<int32_t> kept_;     // a sparse inner codec's kept indices and values, reused
+  std::vector<float> kept_values_;
 };
 
 }  // namespace gradpress::compressors

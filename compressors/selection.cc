@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -18,6 +19,30 @@ namespace {
 inline void Keep(Selection* sel, int64_t i, float v) {
   sel->indices.push_back(static_cast<int32_t>(i));
   sel->values.push_back(v);
+}
+
+// The r-th smallest (0-based) of the magnitudes in `mag` (|x|: sign bits clear), the value
+// nth_element would place at mag[r]. For non-negative floats the order of the bit patterns is
+// the order of the values, so a radix select on the bits finds it: three histogram passes of
+// 11, 11 and 10 bits from the top, each over the survivors of the previous one.
+float NthMagnitude(const std::vector<float>& mag, size_t r) {
+  std::vector<uint32_t> bits(mag.size());
+  std::memcpy(bits.data(), mag.data(), bits.size() * sizeof(uint32_t));
+  size_t live = bits.size();
+  for (const int shift : {21, 10, 0}) {
+    const uint32_t mask = shift == 0 ? 0x3ffu : 0x7ffu;
+    size_t count[2048] = {};
+    for (size_t i = 0; i < live; ++i) ++count[(bits[i] >> shift) & mask];
+    uint32_t bucket = 0;
+    while (r >= count[bucket]) r -= count[bucket++];
+    size_t w = 0;
+    for (size_t i = 0; i < live; ++i)
+      if (((bits[i] >> shift) & mask) == bucket) bits[w++] = bits[i];
+    live = w;
+  }
+  float out;
+  std::memcpy(&out, &bits[0], sizeof(out));
+  return out;
 }
 }  // namespace
 
@@ -67,10 +92,9 @@ float SampledAbsThreshold(const float* in, int64_t n, double ratio, int64_t m, R
       static_cast<int64_t>(std::ceil(ratio * static_cast<double>(sample.size()))), 1,
       static_cast<int64_t>(sample.size()));
   // The element with `above` samples at or above it; strict filtering then keeps about ratio.
-  auto nth = sample.begin() + (static_cast<int64_t>(sample.size()) - above);
-  std::nth_element(sample.begin(), nth, sample.end());
+  const float nth = NthMagnitude(sample, sample.size() - static_cast<size_t>(above));
   // Step just below so that the nth sample itself passes a strict '>' filter.
-  return std::nextafter(*nth, 0.f);
+  return std::nextafter(nth, 0.f);
 }
 
 void KeepLargest(Selection* sel, int64_t k) {
@@ -83,11 +107,9 @@ void KeepLargest(Selection* sel, int64_t k) {
   }
   std::vector<float> mag(size);
   for (int64_t i = 0; i < size; ++i) mag[i] = std::fabs(sel->values[i]);
-  auto nth = mag.begin() + (size - k);
-  std::nth_element(mag.begin(), nth, mag.end());
-  const float kth = *nth;
+  const float kth = NthMagnitude(mag, static_cast<size_t>(size - k));
   int64_t greater = 0;
-  for (auto it = nth + 1; it != mag.end(); ++it) greater += *it > kth;
+  for (const float m : mag) greater += m > kth;
   int64_t ties = k - greater;
   int64_t w = 0;
   for (int64_t i = 0; i < size; ++i) {

@@ -4,7 +4,7 @@
 //
 // Exact top-k (topk.cc): a threshold from a jittered-stride sample of |g| aimed a little
 // below the k-th magnitude, one filtering pass that keeps |g| > t in index order, then
-// KeepLargest (nth_element on the ~1.3k survivors). torch::topk sorts; this touches the
+// KeepLargest (a radix select on the ~1.3k survivors). torch::topk sorts; this touches the
 // gradient once.
 // Thread-safety: pure functions (the Rng argument is the caller's).
 #include <cstdint>

@@ -5,7 +5,7 @@
 // Keeps the k = round(ratio * n) elements of largest |g_i| (ties at the k-th magnitude go to
 // lower indices; exact zeros are never sent, so k' = min(k, nnz)). Selection is O(n):
 // a jittered-stride sample of |g| gives a threshold a little below the k-th magnitude, one
-// pass keeps |g_i| above it, nth_element on those ~1.3k survivors cuts to exactly k
+// pass keeps |g_i| above it, a radix select on those ~1.3k survivors cuts to exactly k
 // (selection.h). If the sample overshoots, the threshold is lowered and the pass repeated.
 //
 // Wire format: the sparsifier format (sparsifier.h). With index_coding int32 the bytes are
