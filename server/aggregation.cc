@@ -147,10 +147,18 @@ std::shared_ptr<StepResult> Aggregation::Compute(const Lane& lane, Closing* c, M
         SgdStep(shadow, k.weights.data(), k.accum.data(), k.numel, &k.sgd);
         return;
       }
-      // A compressed pull: the workers step on what they decode, not on the exact mean. The
-      // accumulator is free once encoded: decode into it, no buffer per step.
+      // A compressed pull: the workers step on what they decode, not on the exact mean. A
+      // sparse one steps from its kept elements; else the accumulator, free once encoded,
+      // takes the decode (no buffer per step).
       const compressors::Payload& p = result->payloads[j].payload;
-      m.Decoder(p.codec).DecodeTo(p.bytes, k.numel, k.accum.data());
+      const compressors::Compressor& decoder = m.Decoder(p.codec);
+      std::vector<int32_t> idx;
+      std::vector<float> val;
+      if (decoder.DecodeSparse(p.bytes, k.numel, &idx, &val)) {
+        SgdStepSparse(shadow, k.weights.data(), idx, val, k.numel, &k.sgd);
+        return;
+      }
+      decoder.DecodeTo(p.bytes, k.numel, k.accum.data());
       SgdStep(shadow, k.weights.data(), k.accum.data(), k.numel, &k.sgd);
     });
   }

@@ -26,5 +26,10 @@ struct SgdState {
 };
 
 void SgdStep(const SgdOptions& opts, float* weights, const float* grad, int64_t n, SgdState* state);
+// The same step for the gradient that is `values` at the strictly increasing `indices` (< n)
+// and +0.0 elsewhere (a sparse payload's decode), bit for bit SgdStep on that dense gradient
+// without forming it.
+void SgdStepSparse(const SgdOptions& opts, float* weights, const std::vector<int32_t>& indices,
+                   const std::vector<float>& values, int64_t n, SgdState* state);
 
 }  // namespace gradpress::server

@@ -9,6 +9,7 @@
 
 #include "common/byte_io.h"
 #include "server/parameter_store.h"
+#include "server/sgd.h"
 #include "tests/server/cluster.h"
 
 namespace gradpress::testing {
@@ -211,6 +212,48 @@ TEST_CASE("a sparse push waiting on a first push that fails becomes the accumula
   REQUIRE(r->contributors == 2);
   CheckBitwise(*r, Reference({p1, p0}));  // worker 1's push came first
   CHECK(s.store.Stats().staging_buffers == 0);
+}
+
+}  // namespace
+}  // namespace gradpress::testing
+
+namespace gradpress::testing {
+namespace {
+
+TEST_CASE("the shadow step from a sparse pull equals SgdStep on its dense decode bit for bit",
+          "[server][sparse]") {
+  const int64_t n = 3000;
+  for (const server::SgdOptions& o :
+       {server::SgdOptions{0.1, 0.0, 0.0, false}, server::SgdOptions{0.1, 0.0, 1e-4, false},
+        server::SgdOptions{0.05, 0.9, 5e-4, false}, server::SgdOptions{0.05, 0.9, 0.0, true}}) {
+    INFO("momentum " << o.momentum << " weight_decay " << o.weight_decay << " nesterov "
+                     << o.nesterov);
+    std::mt19937 gen(7);
+    std::normal_distribution<float> normal;
+    std::vector<float> dense_w(n), sparse_w(n);
+    for (int64_t i = 0; i < n; ++i) dense_w[i] = (i % 50 == 0) ? -0.f : normal(gen);
+    sparse_w = dense_w;
+    server::SgdState dense_st, sparse_st;
+    for (int step = 0; step < 3; ++step) {  // the first step seeds the momentum buffer
+      std::vector<int32_t> idx;
+      std::vector<float> val;
+      for (int32_t i = step; i < n - 1; i += 7 + step) {
+        idx.push_back(i);
+        val.push_back(i % 3 == 0 ? -0.f : normal(gen));
+      }
+      idx.push_back(static_cast<int32_t>(n - 1));  // the last element, kept
+      val.push_back(1.f);
+      std::vector<float> g(n, 0.f);
+      for (size_t j = 0; j < idx.size(); ++j) g[idx[j]] = val[j];
+      server::SgdStep(o, dense_w.data(), g.data(), n, &dense_st);
+      server::SgdStepSparse(o, sparse_w.data(), idx, val, n, &sparse_st);
+      REQUIRE(std::memcmp(dense_w.data(), sparse_w.data(), n * sizeof(float)) == 0);
+      const auto& db = dense_st.momentum_buffer;
+      const auto& sb = sparse_st.momentum_buffer;
+      REQUIRE(db.size() == sb.size());
+      CHECK(std::memcmp(db.data(), sb.data(), db.size() * sizeof(float)) == 0);
+    }
+  }
 }
 
 }  // namespace
