@@ -3,8 +3,8 @@
 // gradients every step and pulls the step's result, with no training compute, and prints its
 // median times as one JSON object:
 //
-//   gradpress-bench scale-worker --servers 10.214.0.1:5000,10.214.0.2:5000 --rank 0 \
-//       --workers 8 --numel 4194304 --codec none --steps 5
+//   gradpress-bench scale-worker --servers 10.214.0.1:5000,10.214.0.2:5000 --rank 0
+//       --workers 8 --numel 4194304 --codec none --steps 5     (one command line)
 //   {"rank":0,"workers":8,"servers":2,"codec":"none","model_mb":16,"step_ms":..,
 //    "push_ms":..,"pull_ms":..,"imbalance":1.0}
 //
