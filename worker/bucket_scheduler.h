@@ -25,8 +25,10 @@
 // buckets, so they may exceed the wall time they overlap), fills keys that got no gradient
 // with zeros, and rethrows the first bucket's error (the same gradpress::Error type) once
 // every bucket has ended.
-// Thread-safety: Begin, Gradient and Finish on one thread (the training thread; autograd runs
-// CPU hooks on the thread that called backward); the exchange itself runs on its own threads.
+// Thread-safety: Begin and Finish on the training thread; Gradient from the hooks, on the
+// thread autograd runs them on (for CPU tensors the one that called backward, for CUDA tensors
+// autograd's device thread), between Begin and the end of backward, under mu_; the exchange
+// itself runs on its own threads.
 #include <torch/types.h>
 
 #include <condition_variable>

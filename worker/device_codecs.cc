@@ -120,4 +120,25 @@ void DeviceCodecs::SetDensity(double) {}
 
 #endif
 
+void CopyToHost(std::vector<torch::Tensor>* ts) {
+  std::map<int, size_t> last;  // per CUDA device, the last tensor on it: its copy waits
+  for (size_t j = 0; j < ts->size(); ++j)
+    if ((*ts)[j].defined() && (*ts)[j].is_cuda()) last[(*ts)[j].device().index()] = j;
+  for (size_t j = 0; j < ts->size(); ++j) {
+    torch::Tensor& t = (*ts)[j];
+    if (!t.defined() || !t.is_cuda()) continue;
+    torch::Tensor h = PinnedFloats(t.sizes());
+    h.copy_(t.detach(), /*non_blocking=*/last[t.device().index()] != j);
+    t = h;
+  }
+}
+
+torch::Tensor PinnedFloats(at::IntArrayRef sizes) {
+  return torch::empty(sizes, torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(true));
+}
+
+void CopyFromHost(const torch::Tensor& from, torch::Tensor* to) {
+  to->copy_(from.view(to->sizes()), /*non_blocking=*/true);
+}
+
 }  // namespace gradpress::worker

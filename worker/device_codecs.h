@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/codec_spec.h"
 #include "compressors/compressor.h"
@@ -58,5 +59,18 @@ class DeviceCodecs {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Host copies of CUDA tensors without a synchronising copy per tensor (the host codecs' path).
+// CopyToHost replaces each defined CUDA tensor of *ts by a pinned float32 host copy: all
+// copies are queued on the current stream and one wait per device follows the last, so the
+// copies are complete on return; CPU tensors are left as they are.
+void CopyToHost(std::vector<torch::Tensor>* ts);
+// A pinned host float32 tensor of `sizes` from LibTorch's caching host allocator (CUDA builds
+// only: call it for data bound for a CUDA tensor).
+torch::Tensor PinnedFloats(at::IntArrayRef sizes);
+// Queues the copy of pinned host `from` into CUDA tensor *to on the current stream and returns
+// without waiting: the caching host allocator keeps `from`'s memory until the copy is done,
+// and later work on the stream sees *to written.
+void CopyFromHost(const torch::Tensor& from, torch::Tensor* to);
 
 }  // namespace gradpress::worker

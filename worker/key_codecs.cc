@@ -109,22 +109,32 @@ std::vector<KeyPush> KeyCodecs::Encode(int64_t step, const std::vector<torch::Te
   CheckTensors(grads, "push", begin, end);
   Timer t;
   std::vector<KeyPush> pushes(end - begin);
+  // Large CUDA gradients are encoded on the device first; every other gradient is encoded on
+  // the host, the CUDA ones after one batch of copies to pinned memory (CopyToHost: one wait
+  // for the lot, not one synchronising copy per tensor).
+  std::vector<torch::Tensor> host(end - begin);
   for (size_t i = begin; i < end; ++i) {
     KeyPush& p = pushes[i - begin];
     p.payload.key = model_[i].key;
-    if (push_[i]->IsLossless()) {  // the payload is the tensor's memory itself
-      p.raw = grads[i].detach().to(torch::kCPU, torch::kFloat32).contiguous();
+    const compressors::StepContext ctx{model_[i].key, step};
+    // DGC's momentum correction has no device kernel: its keys stay on the host.
+    const bool device = !push_[i]->IsLossless() && !(Compressed(i) && momentum_correction_ > 0) &&
+                        device_.Encode(i, Compressed(i) ? SpecOf(i) : CodecSpec{}, *push_[i],
+                                       grads[i], ctx, &p.payload.payload);
+    if (!device) host[i - begin] = grads[i].detach();
+  }
+  CopyToHost(&host);
+  for (size_t i = begin; i < end; ++i) {
+    KeyPush& p = pushes[i - begin];
+    const torch::Tensor& g = host[i - begin];     // undefined: encoded on the device
+    if (g.defined() && push_[i]->IsLossless()) {  // the payload is the tensor's memory itself
+      p.raw = g.to(torch::kFloat32).contiguous();
       p.payload.payload.codec = push_[i]->Name();
       p.payload.payload.shape = model_[i].shape;
       m->bytes_up += p.raw.numel() * sizeof(float);
       continue;
     }
-    const compressors::StepContext ctx{model_[i].key, step};
-    // DGC's momentum correction has no device kernel: its keys stay on the host.
-    const bool device = !(Compressed(i) && momentum_correction_ > 0) &&
-                        device_.Encode(i, Compressed(i) ? SpecOf(i) : CodecSpec{}, *push_[i],
-                                       grads[i], ctx, &p.payload.payload);
-    if (!device) p.payload.payload = push_[i]->Encode(grads[i], ctx);
+    if (g.defined()) p.payload.payload = push_[i]->Encode(g, {model_[i].key, step});
     m->bytes_up += p.payload.payload.bytes.size();
   }
   m->encode_ms += t.ElapsedMs();
@@ -146,7 +156,13 @@ void KeyCodecs::Decode(size_t i, const compressors::Payload& p, torch::Tensor* o
     Decoder(p.codec).DecodeTo(p.bytes, o->numel(), o->data_ptr<float>());  // in place
   } else if (!device_.Decode(p, o)) {
     torch::NoGradGuard no_grad;
-    o->copy_(Decoder(p.codec).Decode(p));
+    if (o->is_cuda()) {  // decoded into pinned memory, copied up without a wait
+      torch::Tensor h = PinnedFloats(o->sizes());
+      Decoder(p.codec).DecodeTo(p.bytes, o->numel(), h.data_ptr<float>());
+      CopyFromHost(h, o);
+    } else {
+      o->copy_(Decoder(p.codec).Decode(p));
+    }
   }
 }
 
