@@ -61,7 +61,8 @@ StepMetrics InProcessPsClient::PushPull(const worker::StepCall& call,
   worker::UplinkTurn turn(call.uplink);  // held while encoding (there is no write to wait for)
   turn.Take();
   std::vector<worker::KeyPush> encoded;
-  if (!call.encoded) encoded = codecs_->Encode(call.step, grads, keys.begin, keys.end, &st);
+  if (!call.encoded)
+    encoded = codecs_->Encode(call.step, grads, keys.begin, keys.end, &st, call.ready);
   const std::vector<worker::KeyPush>& pushes = call.encoded ? *call.encoded : encoded;
   std::vector<KeyPayload> payloads;
   for (const worker::KeyPush& p : pushes) payloads.push_back(worker::ToPayload(p));

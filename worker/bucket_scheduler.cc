@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/timer.h"
+#include "worker/device_codecs.h"
 
 namespace gradpress::worker {
 
@@ -64,6 +65,7 @@ BucketScheduler::BucketScheduler(PsClient* client, const std::vector<int>& bucke
     for (int k = 0; k < bucket_keys[b]; ++k) bucket_of_.push_back(static_cast<int>(b));
   }
   grads_.resize(bucket_of_.size());
+  for (size_t b = 0; b < bucket_keys.size(); ++b) ready_.push_back(std::make_unique<CudaMark>());
   ended_.assign(bucket_keys.size(), 0);
   for (int t = 0; t < std::max(1, threads); ++t) threads_.emplace_back([this] { Run(); });
 }
@@ -104,6 +106,15 @@ void BucketScheduler::Gradient(size_t key, const torch::Tensor& grad) {
 }
 
 void BucketScheduler::Enqueue(int bucket) {
+  // On the thread that handed over the bucket's last gradient, right after its work was queued.
+  const auto [begin, end] = keys_[bucket];
+  bool cuda = false;
+  for (size_t i = begin; i < end; ++i) cuda = cuda || grads_[i].is_cuda();
+  if (cuda) {
+    ready_[bucket]->Record();
+  } else {
+    ready_[bucket]->Reset();
+  }
   queue_.push_back(bucket);
   ++outstanding_;
   cv_.notify_all();
@@ -159,6 +170,7 @@ void BucketScheduler::Run() {
     call.step = step_;
     call.bucket = bucket;
     call.lr = lr_;
+    call.ready = ready_[bucket].get();
     std::vector<torch::Tensor>* out = out_;
     // The bucket's gradients (the training thread goes on filling other keys of grads_).
     const auto [begin, end] = keys_[bucket];

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -92,6 +93,8 @@ class BucketScheduler {
   std::vector<int> pending_init_;                // keys per bucket
   std::vector<int> pending_;                     // keys still missing per bucket, this step
   std::vector<torch::Tensor> grads_;
+  // Per bucket: where backward completed its CUDA gradients this step (StepCall::ready).
+  std::vector<std::unique_ptr<CudaMark>> ready_;
   std::vector<torch::Tensor>* out_ = nullptr;
   int64_t step_ = 0;
   std::optional<double> lr_;

@@ -1,43 +1,83 @@
-// DeviceCodecs (device_codecs.h): compressors/cuda behind the worker's codec calls. Without
-// nvcc (GP_WORKER_CUDA unset) every call answers "take the CPU path".
+// DeviceCodecs, CudaMark (device_codecs.h): compressors/cuda behind the worker's codec calls.
+// Without nvcc (GP_WORKER_CUDA unset) every codec call answers "take the CPU path".
 #include "worker/device_codecs.h"
 
 #include <map>
-#include <mutex>
 #include <vector>
 
 #include "common/error.h"
 
 #ifdef GP_WORKER_CUDA
 #include "compressors/cuda/device_codec.h"
+#include "compressors/cuda/device_stream.h"
 #endif
 
 namespace gradpress::worker {
 
 using compressors::Payload;
 
+namespace {
+bool ContiguousFloatCuda(const torch::Tensor& t) {
+  return t.is_cuda() && t.scalar_type() == torch::kFloat32 && t.is_contiguous();
+}
+bool OnDevice(const torch::Tensor& t) {
+  return ContiguousFloatCuda(t) && t.numel() >= kDeviceMinNumel;
+}
+}  // namespace
+
 #ifdef GP_WORKER_CUDA
 
 namespace cuda = compressors::cuda;
 
-namespace {
-bool OnDevice(const torch::Tensor& t) {
-  return t.is_cuda() && t.scalar_type() == torch::kFloat32 && t.is_contiguous() &&
-         t.numel() >= kDeviceMinNumel;
+struct CudaMark::Impl {
+  std::unique_ptr<cuda::StreamMark> mark;  // made on the first Record (needs a device)
+};
+
+CudaMark::CudaMark() : impl_(std::make_unique<Impl>()) {}
+CudaMark::~CudaMark() = default;
+void CudaMark::Record() {
+  if (!impl_->mark) impl_->mark = std::make_unique<cuda::StreamMark>();
+  impl_->mark->Record();
 }
-}  // namespace
+void CudaMark::Reset() {
+  if (impl_->mark) impl_->mark->Reset();
+}
+void CudaMark::Wait() const {
+  if (impl_->mark) impl_->mark->Wait();
+}
+bool CudaMark::recorded() const { return impl_->mark && impl_->mark->recorded(); }
 
 struct DeviceCodecs::Impl {
   struct Key {
+    std::unique_ptr<cuda::SideStream> stream;  // made on first use
     std::unique_ptr<cuda::DeviceCodec> codec;
     bool host_only = false;  // no device kernel for its spec: never tried again
     cuda::PinnedBytes payload;
+    std::string decoder_name;  // the codec `decoder` decodes, or one without a device decoder
+    std::unique_ptr<cuda::DeviceCodec> decoder;
+    torch::Tensor scratch;  // a device decode's output, copied into the destination
+    std::unique_ptr<cuda::StreamMark> copied;  // that copy, queued on the default stream
+
+    cuda::SideStream& Stream() {  // made on first use: CPU-only runs create no CUDA objects
+      if (!stream) {
+        stream = std::make_unique<cuda::SideStream>();
+        copied = std::make_unique<cuda::StreamMark>();
+      }
+      return *stream;
+    }
+    // The side stream, set to start after `ready` (or all work queued so far).
+    cuda::SideStream& StreamAfter(const CudaMark* ready) {
+      cuda::SideStream& s = Stream();
+      if (ready && ready->recorded()) {
+        s.After(*ready->impl_->mark);
+      } else {
+        s.AfterDefault();
+      }
+      return s;
+    }
   };
   std::vector<std::unique_ptr<Key>> keys;  // PinnedBytes does not move
-  std::mutex decoders_mu;  // decoders are shared by the buckets' threads, one call at a time
-  std::map<std::string, std::unique_ptr<cuda::DeviceCodec>> decoders;
-  std::map<std::string, bool> undecodable;  // codecs without a device decoder
-  double density = 0;                       // > 0: the last SetDensity, for codecs made later
+  double density = 0;                      // > 0: the last SetDensity, for codecs made later
 };
 
 DeviceCodecs::DeviceCodecs() : impl_(std::make_unique<Impl>()) {}
@@ -50,7 +90,8 @@ void DeviceCodecs::Reset(size_t keys) {
 
 bool DeviceCodecs::Encode(size_t i, const CodecSpec& spec,
                           const compressors::Compressor& state_from, const torch::Tensor& g,
-                          const compressors::StepContext& ctx, Payload* out) {
+                          const compressors::StepContext& ctx, Payload* out,
+                          const CudaMark* ready) {
   if (!OnDevice(g) || i >= impl_->keys.size()) return false;
   Impl::Key& key = *impl_->keys[i];
   if (key.host_only) return false;
@@ -66,7 +107,8 @@ bool DeviceCodecs::Encode(size_t i, const CodecSpec& spec,
     key.codec->LoadState(state);
     if (impl_->density > 0) key.codec->SetDensity(impl_->density);
   }
-  key.codec->Encode(g.data_ptr<float>(), g.numel(), ctx, &key.payload, nullptr);
+  cuda::SideStream& stream = key.StreamAfter(ready);
+  key.codec->Encode(g.data_ptr<float>(), g.numel(), ctx, &key.payload, stream.get());
   out->codec = key.codec->Name();
   out->shape = g.sizes().vec();
   out->dtype = compressors::DType::kFloat32;
@@ -74,22 +116,50 @@ bool DeviceCodecs::Encode(size_t i, const CodecSpec& spec,
   return true;
 }
 
-bool DeviceCodecs::Decode(const Payload& p, torch::Tensor* out) {
-  if (!OnDevice(*out)) return false;
-  std::lock_guard<std::mutex> lock(impl_->decoders_mu);
-  if (impl_->undecodable.count(p.codec)) return false;
-  auto& d = impl_->decoders[p.codec];
-  if (!d) {
+bool DeviceCodecs::Decode(size_t i, const Payload& p, torch::Tensor* out) {
+  if (!OnDevice(*out) || i >= impl_->keys.size()) return false;
+  Impl::Key& key = *impl_->keys[i];
+  if (key.decoder_name != p.codec || !key.decoder) {
+    if (key.decoder_name == p.codec) return false;  // no device decoder for it
+    key.decoder_name = p.codec;
     try {
-      d = cuda::MakeDeviceDecoder(p.codec);
+      key.decoder = cuda::MakeDeviceDecoder(p.codec);
     } catch (const InvalidArgument&) {  // e.g. powersgd: decoded on the host
-      impl_->decoders.erase(p.codec);
-      impl_->undecodable[p.codec] = true;
+      key.decoder.reset();
       return false;
     }
   }
-  d->Decode(p.bytes, out->numel(), out->data_ptr<float>(), nullptr);
+  cuda::SideStream& stream = key.Stream();
+  if (!key.scratch.defined() || key.scratch.numel() != out->numel()) {
+    // LibTorch's allocator may hand out memory that work queued on its stream still reads.
+    key.scratch = torch::empty({out->numel()}, out->options());
+    stream.AfterDefault();
+  }
+  // The scratch is free once the default stream has done the last decode's copy out of it.
+  stream.After(*key.copied);
+  key.decoder->Decode(p.bytes, out->numel(), key.scratch.data_ptr<float>(), stream.get());
+  cuda::CopyAsync(out->data_ptr<float>(), key.scratch.data_ptr<float>(),
+                  out->numel() * sizeof(float), nullptr);
+  key.copied->Record(nullptr);
   return true;
+}
+
+void DeviceCodecs::CopyToHost(size_t first, std::vector<torch::Tensor>* ts, const CudaMark* ready) {
+  cuda::SideStream* stream = nullptr;
+  for (torch::Tensor& t : *ts) {
+    if (!t.defined() || !t.is_cuda()) continue;
+    torch::Tensor h = PinnedFloats(t.sizes());
+    if (!ContiguousFloatCuda(t)) {
+      h.copy_(t.detach());  // converted and copied by LibTorch, waiting (rare: half, strided)
+    } else {
+      GP_ENFORCE(first < impl_->keys.size(), "CopyToHost: key ", first, " outside the model");
+      if (!stream) stream = &impl_->keys[first]->StreamAfter(ready);
+      cuda::CopyAsync(h.data_ptr<float>(), t.data_ptr<float>(), t.numel() * sizeof(float),
+                      stream->get());
+    }
+    t = h;
+  }
+  if (stream) stream->Synchronize();
 }
 
 bool DeviceCodecs::SaveState(size_t i, std::string* out) const {
@@ -104,34 +174,38 @@ void DeviceCodecs::SetDensity(double ratio) {
     if (key->codec) key->codec->SetDensity(ratio);
 }
 
-#else  // no CUDA codecs in this build
+#else  // no CUDA codecs in this build: marks are empty, CUDA tensors copied by LibTorch
+
+struct CudaMark::Impl {};
+CudaMark::CudaMark() = default;
+CudaMark::~CudaMark() = default;
+void CudaMark::Record() {}
+void CudaMark::Reset() {}
+void CudaMark::Wait() const {}
+bool CudaMark::recorded() const { return false; }
 
 struct DeviceCodecs::Impl {};
 DeviceCodecs::DeviceCodecs() = default;
 DeviceCodecs::~DeviceCodecs() = default;
 void DeviceCodecs::Reset(size_t) {}
 bool DeviceCodecs::Encode(size_t, const CodecSpec&, const compressors::Compressor&,
-                          const torch::Tensor&, const compressors::StepContext&, Payload*) {
+                          const torch::Tensor&, const compressors::StepContext&, Payload*,
+                          const CudaMark*) {
   return false;
 }
-bool DeviceCodecs::Decode(const Payload&, torch::Tensor*) { return false; }
+bool DeviceCodecs::Decode(size_t, const Payload&, torch::Tensor*) { return false; }
+void DeviceCodecs::CopyToHost(size_t, std::vector<torch::Tensor>* ts, const CudaMark*) {
+  for (torch::Tensor& t : *ts) {
+    if (!t.defined() || !t.is_cuda()) continue;
+    torch::Tensor h = PinnedFloats(t.sizes());
+    h.copy_(t.detach());
+    t = h;
+  }
+}
 bool DeviceCodecs::SaveState(size_t, std::string*) const { return false; }
 void DeviceCodecs::SetDensity(double) {}
 
 #endif
-
-void CopyToHost(std::vector<torch::Tensor>* ts) {
-  std::map<int, size_t> last;  // per CUDA device, the last tensor on it: its copy waits
-  for (size_t j = 0; j < ts->size(); ++j)
-    if ((*ts)[j].defined() && (*ts)[j].is_cuda()) last[(*ts)[j].device().index()] = j;
-  for (size_t j = 0; j < ts->size(); ++j) {
-    torch::Tensor& t = (*ts)[j];
-    if (!t.defined() || !t.is_cuda()) continue;
-    torch::Tensor h = PinnedFloats(t.sizes());
-    h.copy_(t.detach(), /*non_blocking=*/last[t.device().index()] != j);
-    t = h;
-  }
-}
 
 torch::Tensor PinnedFloats(at::IntArrayRef sizes) {
   return torch::empty(sizes, torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(true));

@@ -5,19 +5,24 @@
 // payloads are the CPU codecs' (a CPU worker, the server and this path read each other's).
 //
 //   DeviceCodecs dev;
-//   if (dev.Encode(i, spec, cpu_codec, grad, {key, step}, &payload)) ...;  // else: CPU path
-//   if (dev.Decode(payload, &out_tensor)) ...;                               // else: CPU path
+//   if (dev.Encode(i, spec, cpu_codec, grad, {key, step}, &payload, ready)) ...;  // else: CPU
+//   if (dev.Decode(i, payload, &out_tensor)) ...;                                  // else: CPU
 //
 // Key i's device codec is made on its first CUDA gradient, from the CPU codec's checkpoint
 // state (the formats are the same), so a resumed job continues its residuals and RNG streams
 // on the GPU. A codec without a device kernel (powersgd, signum), DGC's momentum correction and
 // builds without nvcc keep the CPU path: Encode / Decode return false. So do tensors under
 // kDeviceMinNumel elements: each device call launches several kernels and synchronises a few
-// times, which costs more than the host path's copy and encode for small tensors (LeNet, two
-// workers on one H200: 6.8 ms of encode and 8.7 ms of decode a step on the device against
-// 0.7 and 2.2 on the host, docs/gpu.md).
-// Kernels run on CUDA's legacy default stream, ordered with LibTorch's default stream.
-// Thread-safety: Encode for different keys, and Decode, may run concurrently.
+// times, which costs more than the host path's copy and encode for small tensors; the host path
+// copies a call's CUDA tensors to pinned memory in one batch (CopyToHost) and decoded tensors
+// up without a wait (CopyFromHost).
+// Streams: LibTorch queues on CUDA's legacy default stream. Key i's codec work runs on its own
+// non-blocking side stream, which starts after the call's CudaMark (where backward completed
+// the call's gradients; without one, after everything queued so far), so its synchronisations
+// wait for the codec and not for the rest of backward or the next forward. A device decode
+// writes a scratch tensor on the side stream and queues its copy into the destination on the
+// default stream, so work queued there before it (reading the destination) comes first.
+// Thread-safety: Encode, Decode and CopyToHost of different keys (calls) may run concurrently.
 #include <torch/types.h>
 
 #include <cstddef>
@@ -34,6 +39,26 @@ namespace gradpress::worker {
 // pageable copy and encode cost about what a device call's launches and synchronisations do.
 constexpr int64_t kDeviceMinNumel = int64_t{1} << 18;
 
+// A point in the work LibTorch queued on CUDA (the legacy default stream), recorded where a
+// call's gradients are complete (the bucket scheduler, after the bucket's last gradient).
+// Unrecorded, or in a build without nvcc, Wait returns at once.
+class CudaMark {
+ public:
+  CudaMark();
+  ~CudaMark();
+  CudaMark(const CudaMark&) = delete;
+  CudaMark& operator=(const CudaMark&) = delete;
+  void Record();      // marks the work queued so far on the legacy default stream
+  void Reset();       // unrecorded again (a new step)
+  void Wait() const;  // blocks until the GPU has passed the mark
+  bool recorded() const;
+
+ private:
+  friend class DeviceCodecs;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 class DeviceCodecs {
  public:
   DeviceCodecs();
@@ -44,12 +69,19 @@ class DeviceCodecs {
   // Sizes the per-key table (Register); drops every device codec.
   void Reset(size_t keys);
   // Encodes key i's gradient g on the device with `spec` (the key's codec; `state_from` is its
-  // CPU codec, whose state a new device codec starts from). False: take the CPU path.
+  // CPU codec, whose state a new device codec starts from), after `ready` (null: after all
+  // work queued so far). False: take the CPU path.
   bool Encode(size_t i, const CodecSpec& spec, const compressors::Compressor& state_from,
               const torch::Tensor& g, const compressors::StepContext& ctx,
-              compressors::Payload* out);
-  // Decodes p into out when out is a contiguous float32 CUDA tensor. False: take the CPU path.
-  bool Decode(const compressors::Payload& p, torch::Tensor* out);
+              compressors::Payload* out, const CudaMark* ready);
+  // Decodes p into key i's tensor out when out is a large contiguous float32 CUDA tensor and
+  // p's codec has a device decoder. False: take the CPU path.
+  bool Decode(size_t i, const compressors::Payload& p, torch::Tensor* out);
+  // Replaces each defined CUDA tensor of *ts (a call's keys, the first of them key `first`)
+  // by a pinned float32 host copy, complete on return: the copies queue on key first's side
+  // stream after `ready` (null: after all work queued so far) with one wait for the lot. CPU
+  // tensors are left as they are.
+  void CopyToHost(size_t first, std::vector<torch::Tensor>* ts, const CudaMark* ready);
   // Key i's device codec state (the CPU codec's format); false when it has none.
   bool SaveState(size_t i, std::string* out) const;
   // Sets every device codec's density (DGC's warm-up).
@@ -60,11 +92,6 @@ class DeviceCodecs {
   std::unique_ptr<Impl> impl_;
 };
 
-// Host copies of CUDA tensors without a synchronising copy per tensor (the host codecs' path).
-// CopyToHost replaces each defined CUDA tensor of *ts by a pinned float32 host copy: all
-// copies are queued on the current stream and one wait per device follows the last, so the
-// copies are complete on return; CPU tensors are left as they are.
-void CopyToHost(std::vector<torch::Tensor>* ts);
 // A pinned host float32 tensor of `sizes` from LibTorch's caching host allocator (CUDA builds
 // only: call it for data bound for a CUDA tensor).
 torch::Tensor PinnedFloats(at::IntArrayRef sizes);

@@ -17,7 +17,8 @@ StepMetrics GrpcPsClient::PushPull(const StepCall& call, const std::vector<torch
   turn.Take();
   StepMetrics st;
   std::vector<KeyPush> encoded;
-  if (!call.encoded) encoded = codecs_->Encode(call.step, grads, keys.begin, keys.end, &st);
+  if (!call.encoded)
+    encoded = codecs_->Encode(call.step, grads, keys.begin, keys.end, &st, call.ready);
   const std::vector<KeyPush>& pushes = call.encoded ? *call.encoded : encoded;
   if (call.wait) codecs_->CheckTensors(*out, "PushPull output", keys.begin, keys.end);
   // The dashboard's rows: taken once, sent again with a retry.

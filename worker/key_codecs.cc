@@ -105,8 +105,10 @@ void KeyCodecs::CheckTensors(const std::vector<torch::Tensor>& ts, const char* w
 }
 
 std::vector<KeyPush> KeyCodecs::Encode(int64_t step, const std::vector<torch::Tensor>& grads,
-                                       size_t begin, size_t end, StepMetrics* m) {
+                                       size_t begin, size_t end, StepMetrics* m,
+                                       const CudaMark* ready) {
   CheckTensors(grads, "push", begin, end);
+  if (ready) ready->Wait();  // the GPU has the gradients: what follows is the codecs' time
   Timer t;
   std::vector<KeyPush> pushes(end - begin);
   // Large CUDA gradients are encoded on the device first; every other gradient is encoded on
@@ -120,10 +122,10 @@ std::vector<KeyPush> KeyCodecs::Encode(int64_t step, const std::vector<torch::Te
     // DGC's momentum correction has no device kernel: its keys stay on the host.
     const bool device = !push_[i]->IsLossless() && !(Compressed(i) && momentum_correction_ > 0) &&
                         device_.Encode(i, Compressed(i) ? SpecOf(i) : CodecSpec{}, *push_[i],
-                                       grads[i], ctx, &p.payload.payload);
+                                       grads[i], ctx, &p.payload.payload, ready);
     if (!device) host[i - begin] = grads[i].detach();
   }
-  CopyToHost(&host);
+  device_.CopyToHost(begin, &host, ready);
   for (size_t i = begin; i < end; ++i) {
     KeyPush& p = pushes[i - begin];
     const torch::Tensor& g = host[i - begin];     // undefined: encoded on the device
@@ -154,7 +156,7 @@ void KeyCodecs::Decode(size_t i, const compressors::Payload& p, torch::Tensor* o
   *bytes += p.bytes.size();
   if (o->device().is_cpu() && o->scalar_type() == torch::kFloat32 && o->is_contiguous()) {
     Decoder(p.codec).DecodeTo(p.bytes, o->numel(), o->data_ptr<float>());  // in place
-  } else if (!device_.Decode(p, o)) {
+  } else if (!device_.Decode(i, p, o)) {
     torch::NoGradGuard no_grad;
     if (o->is_cuda()) {  // decoded into pinned memory, copied up without a wait
       torch::Tensor h = PinnedFloats(o->sizes());

@@ -29,6 +29,7 @@ namespace gradpress::worker {
 
 using compressors::TensorSpec;
 struct KeyPush;  // key_codecs.h
+class CudaMark;  // device_codecs.h
 
 // One push of a set of keys for a step, and the pull of its result.
 struct StepCall {
@@ -38,6 +39,8 @@ struct StepCall {
   std::optional<double> lr;  // exchange=weights: the lr of the server's SGD for the step
   bool wait = true;          // false: push only (async, or sync without waiting); no result
   Uplink* uplink = nullptr;  // held while the push is encoded and written (uplink.h)
+  // CUDA gradients: where backward completed them (device_codecs.h); null: all queued work.
+  const CudaMark* ready = nullptr;
   // Sharded servers' catch-up (sharded_ps_client.h): keep receives the call's pushes as
   // encoded (their tensors copied); encoded, pushes of an earlier call sent instead of
   // encoding grads.

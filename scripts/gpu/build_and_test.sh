@@ -12,7 +12,8 @@
 #   probe      OS, glibc, compilers, GPU, torch version / CXX11 ABI / CUDA
 #   deps       dpkg -x .gpu/debs/*.deb into .gpu/root; unpack .gpu/src.tar.gz (HEAD)
 #   configure  cmake with the wheel's TorchConfig.cmake and the extracted packages
-#   build      cmake --build -j16 (ninja -k 0: every error, not just the first)
+#   build      cmake --build -j16 (ninja -k 0: every error, not just the first); only the
+#              targets in BUILD_TARGETS when set (e.g. "gradpress-server gradpress-worker")
 #   pack       build tree without objects -> $OUT/prebuilt.tar.gz (a later call can `restore`)
 #   restore    unpack .gpu/prebuilt.tar.gz instead of configure + build
 #   fast       ctest -LE slow
@@ -198,6 +199,8 @@ if want build; then
   else
     keep=()
     [[ -f $BUILD/build.ninja ]] && keep=(-- -k 0)
+    # shellcheck disable=SC2206  # BUILD_TARGETS is a space-separated list
+    [[ -n ${BUILD_TARGETS:-} ]] && keep=(--target ${BUILD_TARGETS} "${keep[@]}")
     start=$SECONDS
     # Under gp_env: catch_discover_tests runs each test executable right after linking it,
     # and libgrpc's own dependencies (libupb, absl, ...) resolve only through

@@ -55,8 +55,13 @@ void CheckDevice(const torch::Device& device) {
     own.push_back(compressors::MakeCompressor(s.key == "small" ? CodecSpec{} : o.push));
   for (int step = 0; step < 3; ++step) {
     const std::vector<torch::Tensor> grads = Gradients(step, device);
+    // Odd steps hand over where the gradients were complete (on CUDA a recorded mark: the
+    // codecs' side streams wait for it), even steps no mark (they wait for all queued work).
+    CudaMark ready;
+    if (device.is_cuda()) ready.Record();
     StepMetrics m;
-    const std::vector<KeyPush> pushes = codecs.Encode(step, grads, 0, kModel.size(), &m);
+    const std::vector<KeyPush> pushes =
+        codecs.Encode(step, grads, 0, kModel.size(), &m, step % 2 ? &ready : nullptr);
     REQUIRE(pushes.size() == kModel.size());
     for (size_t i = 0; i < kModel.size(); ++i) {
       INFO("step " << step << ", key " << kModel[i].key);

@@ -1,0 +1,64 @@
+// StreamMark, SideStream (device_stream.h): CUDA events and non-blocking streams.
+#include <cuda_runtime.h>
+
+#include "compressors/cuda/device_parts.h"
+#include "compressors/cuda/device_stream.h"
+
+namespace gradpress::compressors::cuda {
+
+namespace {
+cudaEvent_t AsEvent(void* e) { return static_cast<cudaEvent_t>(e); }
+cudaStream_t AsStream(Stream s) { return s ? reinterpret_cast<cudaStream_t>(s) : cudaStreamLegacy; }
+}  // namespace
+
+StreamMark::StreamMark() {
+  cudaEvent_t e = nullptr;
+  CheckCuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate (mark)");
+  event_ = e;
+}
+
+StreamMark::~StreamMark() {
+  if (event_) cudaEventDestroy(AsEvent(event_));
+}
+
+void StreamMark::Record(Stream stream) {
+  CheckCuda(cudaEventRecord(AsEvent(event_), AsStream(stream)), "cudaEventRecord (mark)");
+  recorded_ = true;
+}
+
+void StreamMark::Wait() const {
+  if (recorded_) CheckCuda(cudaEventSynchronize(AsEvent(event_)), "cudaEventSynchronize (mark)");
+}
+
+SideStream::SideStream() {
+  cudaStream_t s = nullptr;
+  CheckCuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate (side)");
+  stream_ = reinterpret_cast<Stream>(s);
+}
+
+SideStream::~SideStream() {
+  if (stream_) cudaStreamDestroy(reinterpret_cast<cudaStream_t>(stream_));
+}
+
+void SideStream::After(const StreamMark& m) {
+  if (!m.recorded_) return;
+  CheckCuda(cudaStreamWaitEvent(AsStream(stream_), AsEvent(m.event_), 0),
+            "cudaStreamWaitEvent (side stream)");
+}
+
+void SideStream::AfterDefault() {
+  now_.Record(nullptr);
+  After(now_);
+}
+
+void SideStream::Synchronize() {
+  CheckCuda(cudaStreamSynchronize(AsStream(stream_)), "cudaStreamSynchronize (side stream)");
+}
+
+void CopyAsync(void* dst, const void* src, size_t bytes, Stream stream) {
+  if (bytes == 0) return;
+  CheckCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, AsStream(stream)),
+            "cudaMemcpyAsync");
+}
+
+}  // namespace gradpress::compressors::cuda
