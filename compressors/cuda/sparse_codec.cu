@@ -69,8 +69,7 @@ void DeviceSparsifier::Encode(const float* in, int64_t n, const StepContext& ctx
     CheckCuda(cudaMemcpyAsync(dst + index_size, value_bytes, static_cast<size_t>(value_size),
                               cudaMemcpyDeviceToHost, stream),
               "sparsifier: copy values");
-  CheckCuda(cudaStreamSynchronize(stream), "sparsifier: encode");
-  err_.Check(stream, name);
+  err_.Check(stream, name);  // synchronises the stream, which queued the copies before it
   if (then_) last_quantized_.assign(dst + index_size, static_cast<size_t>(value_size));
   last_ = kept;
   last_n_ = n;
@@ -149,8 +148,7 @@ void DeviceSparsifier::Decode(std::string_view bytes, int64_t n, float* out, Str
   } else if (k > 0) {
     ScatterAsync(pos, nullptr, dev + values_at, k, n, out, err, stream);
   }
-  CheckCuda(cudaStreamSynchronize(stream), "sparsifier: decode");
-  err_.Check(stream, name);
+  err_.Check(stream, name);  // synchronises the stream: the scatter is done
 }
 
 void DeviceSparsifier::SubtractDecoded(float* e, int64_t n, Stream stream) {

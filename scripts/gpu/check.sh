@@ -20,6 +20,8 @@
 #   torch   scripts/gpu/torch_reference.py -> torch_reference.json
 #   bench   gradpress-cuda-bench --torch-topk-us <torch.topk's> -> bench.txt (and bench.json
 #           with BENCH_JSON=1: a second run)
+#   small   method 5's codec at VGG11's largest and smallest device-path tensor sizes
+#           -> bench_small.txt
 #   full    only with FULL=1: the LibTorch build and runs of docs/gpu.md (build_and_test.sh)
 # Environment: OUT, BUDGET_S, JOBS (16), BUILD_DIR (build-gpu-cuda), NVCC, FULL, and STAGES
 # (a comma-separated subset of the stages, in order; all by default).
@@ -31,7 +33,7 @@ OUT=${OUT:-$REPO/.gpu/check-out}
 BUDGET_S=${BUDGET_S:-450}
 JOBS=${JOBS:-16}
 BUILD=${BUILD_DIR:-$REPO/build-gpu-cuda}
-STAGES=${STAGES:-probe,deps,build,logic,torch,bench,device,full}
+STAGES=${STAGES:-probe,deps,build,logic,torch,bench,small,device,full}
 NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
 ROOT=$REPO/.gpu/root  # the extracted Debian packages
 LIBDIR=$ROOT/usr/lib/x86_64-linux-gnu
@@ -190,6 +192,24 @@ stage_bench() {
     note="$(grep -c 'misses' "$OUT/bench.$mode") rows miss a target,"
     note+=" $(grep -cE 'DIFF|FAILED' "$OUT/bench.$mode") fail their decode check"
     record "bench ($mode)" "$rc" "$t0" "$note"
+    ((rc == 77)) && return
+  done
+}
+
+# Method 5's codec at VGG11's tensor sizes (its largest, 512x512x3x3, and its smallest on the
+# device path, 256x128x3x3): per-call cost where a training step meets it (docs/gpu.md).
+stage_small() {
+  local t0=$SECONDS t rc numel
+  [[ -x $BENCH ]] || { skip small "not built"; return; }
+  : >"$OUT/bench_small.txt"
+  for numel in 2359296 294912; do
+    t=$(budget 40 10)
+    ((t == 0)) && { skip "small ($numel)" "no time left"; continue; }
+    gp_env timeout "$t" "$BENCH" --numel "$numel" --repeats 50 \
+      --codec "topk ratio=0.01 error_feedback=true then=qsgd levels=16" \
+      --codec "topk ratio=0.01 then=qsgd levels=16" >>"$OUT/bench_small.txt" 2>>"$OUT/bench.log"
+    rc=$?
+    record "small ($numel)" "$rc" "$t0" "bench_small.txt"
     ((rc == 77)) && return
   done
 }
