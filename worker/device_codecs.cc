@@ -88,7 +88,7 @@ void DeviceCodecs::Reset(size_t keys) {
   for (size_t i = 0; i < keys; ++i) impl_->keys.push_back(std::make_unique<Impl::Key>());
 }
 
-bool DeviceCodecs::Encode(size_t i, const CodecSpec& spec,
+bool DeviceCodecs::Encode(size_t i, const CodecSpec& spec, double momentum,
                           const compressors::Compressor& state_from, const torch::Tensor& g,
                           const compressors::StepContext& ctx, Payload* out,
                           const CudaMark* ready) {
@@ -98,6 +98,8 @@ bool DeviceCodecs::Encode(size_t i, const CodecSpec& spec,
   if (!key.codec) {
     try {
       key.codec = cuda::MakeDeviceCodec(spec);
+      if (momentum > 0)
+        key.codec = cuda::MakeDeviceMomentumCorrection(std::move(key.codec), momentum);
     } catch (const InvalidArgument&) {  // no device kernel for this codec: the CPU path
       key.host_only = true;
       return false;
@@ -188,7 +190,7 @@ struct DeviceCodecs::Impl {};
 DeviceCodecs::DeviceCodecs() = default;
 DeviceCodecs::~DeviceCodecs() = default;
 void DeviceCodecs::Reset(size_t) {}
-bool DeviceCodecs::Encode(size_t, const CodecSpec&, const compressors::Compressor&,
+bool DeviceCodecs::Encode(size_t, const CodecSpec&, double, const compressors::Compressor&,
                           const torch::Tensor&, const compressors::StepContext&, Payload*,
                           const CudaMark*) {
   return false;

@@ -10,8 +10,8 @@
 //
 // Key i's device codec is made on its first CUDA gradient, from the CPU codec's checkpoint
 // state (the formats are the same), so a resumed job continues its residuals and RNG streams
-// on the GPU. A codec without a device kernel (powersgd, signum), DGC's momentum correction and
-// builds without nvcc keep the CPU path: Encode / Decode return false. So do tensors under
+// on the GPU. A codec without a device kernel (powersgd, signum) and builds without nvcc keep
+// the CPU path: Encode / Decode return false. So do tensors under
 // kDeviceMinNumel elements: each device call launches several kernels and synchronises a few
 // times, which costs more than the host path's copy and encode for small tensors; the host path
 // copies a call's CUDA tensors to pinned memory in one batch (CopyToHost) and decoded tensors
@@ -68,12 +68,14 @@ class DeviceCodecs {
 
   // Sizes the per-key table (Register); drops every device codec.
   void Reset(size_t keys);
-  // Encodes key i's gradient g on the device with `spec` (the key's codec; `state_from` is its
-  // CPU codec, whose state a new device codec starts from), after `ready` (null: after all
-  // work queued so far). False: take the CPU path.
-  bool Encode(size_t i, const CodecSpec& spec, const compressors::Compressor& state_from,
-              const torch::Tensor& g, const compressors::StepContext& ctx,
-              compressors::Payload* out, const CudaMark* ready);
+  // Encodes key i's gradient g on the device with `spec` (the key's codec, inside DGC's
+  // momentum correction when momentum > 0; `state_from` is its CPU codec, whose state a new
+  // device codec starts from), after `ready` (null: after all work queued so far). False:
+  // take the CPU path.
+  bool Encode(size_t i, const CodecSpec& spec, double momentum,
+              const compressors::Compressor& state_from, const torch::Tensor& g,
+              const compressors::StepContext& ctx, compressors::Payload* out,
+              const CudaMark* ready);
   // Decodes p into key i's tensor out when out is a large contiguous float32 CUDA tensor and
   // p's codec has a device decoder. False: take the CPU path.
   bool Decode(size_t i, const compressors::Payload& p, torch::Tensor* out);

@@ -119,9 +119,9 @@ std::vector<KeyPush> KeyCodecs::Encode(int64_t step, const std::vector<torch::Te
     KeyPush& p = pushes[i - begin];
     p.payload.key = model_[i].key;
     const compressors::StepContext ctx{model_[i].key, step};
-    // DGC's momentum correction has no device kernel: its keys stay on the host.
-    const bool device = !push_[i]->IsLossless() && !(Compressed(i) && momentum_correction_ > 0) &&
-                        device_.Encode(i, Compressed(i) ? SpecOf(i) : CodecSpec{}, *push_[i],
+    const bool device = !push_[i]->IsLossless() &&
+                        device_.Encode(i, Compressed(i) ? SpecOf(i) : CodecSpec{},
+                                       Compressed(i) ? momentum_correction_ : 0.0, *push_[i],
                                        grads[i], ctx, &p.payload.payload, ready);
     if (!device) host[i - begin] = grads[i].detach();
   }

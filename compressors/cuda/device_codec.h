@@ -10,9 +10,10 @@
 //   codec->Decode(payload.view(), n, d_out, stream);                      // d_out on the GPU
 //
 // Kernels exist for none, fp16, int8, qsgd, terngrad, onebit, topk, randomk, threshold,
-// gaussiank and dgc, a sparsifier followed by a quantizer ("topk+qsgd"), and error feedback
-// (its residual stays on the device). qsgd encodes the fixed-width variant of its format
-// (elias=false) on the GPU; an Elias-coded qsgd payload is decoded on the host and copied up.
+// gaussiank and dgc, a sparsifier followed by a quantizer ("topk+qsgd"), error feedback (its
+// residual stays on the device) and DGC's momentum correction (u and v on the device). qsgd
+// encodes the fixed-width variant of its format (elias=false) on the GPU; an Elias-coded qsgd
+// payload is decoded on the host and copied up.
 // Encode returns once the payload is in *out; Decode once out is written. Both throw
 // InvalidArgument: on NaN or Inf input where the CPU codec does, and on a truncated, extended
 // or malformed payload (found on the host or by the kernels, which never write out of range).
@@ -78,6 +79,11 @@ class DeviceCodec {
 // parameters as the CPU factory does: an unknown codec or parameter, a value out of range, or
 // a codec with no device kernel (powersgd, signum, efsignsgd) throws InvalidArgument naming it.
 std::unique_ptr<DeviceCodec> MakeDeviceCodec(const CodecSpec& spec);
+
+// DGC's momentum correction (compressors/momentum_correction.h) around `inner`, with its u and
+// v on the device and the CPU MomentumCorrection's state format; momentum in [0, 1).
+std::unique_ptr<DeviceCodec> MakeDeviceMomentumCorrection(std::unique_ptr<DeviceCodec> inner,
+                                                          double momentum);
 
 // A device decoder for payloads named `name` ("qsgd", "topk+qsgd"): the formats describe
 // themselves, so it needs no parameters.

@@ -7,6 +7,7 @@
 #include "common/byte_io.h"
 #include "common/error.h"
 #include "compressors/error_feedback.h"
+#include "compressors/momentum_correction.h"
 #include "compressors/selection.h"
 #include "tests/compressors/cuda/device_test_buffers.h"
 #include "tests/compressors/cuda/device_test_compare.h"
@@ -187,6 +188,36 @@ TEST_CASE("topk: error feedback on the device conserves the gradient", "[cuda][t
 
 TEST_CASE("qsgd: error feedback on the device conserves the gradient", "[cuda][qsgd]") {
   CheckErrorFeedback("qsgd error_feedback=true", true);
+}
+
+// ---- DGC's momentum correction ---------------------------------------------------------
+
+// Over 5 steps the payloads and the state (u, v, the inner codec's) are the CPU
+// MomentumCorrection's; a device codec loaded with the CPU's state continues with its bytes.
+void CheckMomentum(const std::string& shorthand) {
+  const int64_t n = 100003;
+  INFO(shorthand);
+  auto gpu = MakeDeviceMomentumCorrection(Gpu(shorthand), 0.9);
+  MomentumCorrection cpu(Cpu(CpuTwin(shorthand)), 0.9);
+  for (int step = 0; step < 5; ++step) {
+    INFO("step " << step);
+    const std::vector<float> x = Gaussian(n, 70 + step);
+    const StepContext ctx{"fc1.weight", step};
+    CHECK(PayloadMismatch(GpuEncode(*gpu, x, ctx), CpuEncode(cpu, x, ctx)) == "");
+  }
+  CHECK(SaveState(*gpu) == SaveState(cpu));
+  auto resumed = MakeDeviceMomentumCorrection(Gpu(shorthand), 0.9);
+  resumed->LoadState(SaveState(cpu));
+  const std::vector<float> x = Gaussian(n, 80);
+  const StepContext ctx{"fc1.weight", 5};
+  CHECK(PayloadMismatch(GpuEncode(*resumed, x, ctx), CpuEncode(cpu, x, ctx)) == "");
+  CHECK(SaveState(*resumed) == SaveState(cpu));
+}
+
+TEST_CASE("dgc: momentum correction on the device keeps the CPU's u, v and payloads",
+          "[cuda][dgc]") {
+  CheckMomentum("dgc ratio=0.01");
+  CheckMomentum("topk ratio=0.01 then=qsgd levels=16");
 }
 
 // ---- NaN input -------------------------------------------------------------------------
