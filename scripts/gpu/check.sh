@@ -4,6 +4,8 @@
 # (default 450, under the run's 8 minutes):
 #
 #   run(command="bash scripts/gpu/check.sh", carry=[".gpu/debs"], timeout_s=540)
+#   run(command="FULL=1 BUDGET_S=560 bash scripts/gpu/check.sh",
+#       carry=[".gpu/debs", ".gpu/data", ".gpu/src.tar.gz"], timeout_s=600)   # and training
 #
 # Prepare .gpu/debs here first: bash scripts/gpu/fetch_debs.sh (docs/gpu.md). Every stage
 # logs to $OUT/<stage>.log and adds its exit code and wall time to $OUT/summary.txt; it is
@@ -22,7 +24,9 @@
 #           with BENCH_JSON=1: a second run)
 #   small   method 5's codec at VGG11's largest and smallest device-path tensor sizes
 #           -> bench_small.txt
-#   full    only with FULL=1: the LibTorch build and runs of docs/gpu.md (build_and_test.sh)
+#   full    only with FULL=1: the LibTorch build and training runs of docs/gpu.md
+#           (build_and_test.sh; FULL_STAGES, BUILD_TARGETS, EPOCHS, TRAIN_CONFIGS,
+#           VGG_CONFIGS, VGG_STEPS pass through), full/medians.txt, key_codecs.log
 # Environment: OUT, BUDGET_S, JOBS (16), BUILD_DIR (build-gpu-cuda), NVCC, FULL, and STAGES
 # (a comma-separated subset of the stages, in order; all by default).
 # shellcheck disable=SC2317  # the stage_* functions are called indirectly, as "stage_$stage"
@@ -214,15 +218,27 @@ stage_small() {
   done
 }
 
+# The LibTorch build of docs/gpu.md and its training runs (carry .gpu/data and .gpu/src.tar.gz
+# too): LeNet methods 5 and 1 alternated, VGG11 methods 5 and 1, the CUDA half of
+# key_codecs_test, and the runs' per-step medians (full/medians.txt).
 stage_full() {
   local t0=$SECONDS t rc
   [[ ${FULL:-0} == 1 ]] || { skip full "off (FULL=1 runs scripts/gpu/build_and_test.sh)"; return; }
   t=$(budget 600 120)
   ((t == 0)) && { skip full "no time left"; return; }
-  OUT=$OUT/full BUDGET_S=$((t - 10)) timeout "$t" bash scripts/gpu/build_and_test.sh \
-    >"$OUT/full.log" 2>&1
+  OUT=$OUT/full BUDGET_S=$((t - 20)) STAGES=${FULL_STAGES:-probe,deps,configure,build,train} \
+    BUILD_TARGETS=${BUILD_TARGETS:-gradpress-server gradpress-worker gp_worker_trainer_tests} \
+    EPOCHS=${EPOCHS:-2} TRAIN_CONFIGS=${TRAIN_CONFIGS:-m5 m1 m5 m1} \
+    VGG_CONFIGS=${VGG_CONFIGS:-m5 m1} VGG_STEPS=${VGG_STEPS:-150} \
+    timeout "$t" bash scripts/gpu/build_and_test.sh >"$OUT/full.log" 2>&1
   rc=$?
   record full "$rc" "$t0" "see full/log.txt"
+  "$PY" scripts/gpu/step_medians.py /tmp/gp-runs/* --skip 20 >"$OUT/full/medians.txt" 2>&1
+  local exe=/tmp/gp-src/build-gpu/tests/worker/trainer/gp_worker_trainer_tests
+  [[ -x $exe ]] || { skip key_codecs "not built"; return; }
+  t0=$SECONDS
+  gp_env timeout 60 "$exe" '[key_codecs]' >"$OUT/key_codecs.log" 2>&1
+  record key_codecs $? "$t0" "$(catch_result "$OUT/key_codecs.log")"
 }
 
 for stage in ${STAGES//,/ }; do
