@@ -2,6 +2,7 @@
 // Without nvcc (GP_WORKER_CUDA unset) every codec call answers "take the CPU path".
 #include "worker/device_codecs.h"
 
+#include <cstring>
 #include <map>
 #include <vector>
 
@@ -51,9 +52,10 @@ struct DeviceCodecs::Impl {
   struct Key {
     std::unique_ptr<cuda::SideStream> stream;  // made on first use
     std::unique_ptr<cuda::DeviceCodec> codec;
-    bool host_only = false;  // no device kernel for its spec: never tried again
-    cuda::PinnedBytes payload;
-    std::string decoder_name;  // the codec `decoder` decodes, or one without a device decoder
+    bool host_only = false;     // no device kernel for its spec: never tried again
+    cuda::PinnedBytes payload;  // the last encode's
+    cuda::PinnedBytes upload;   // the payload being decoded
+    std::string decoder_name;   // the codec `decoder` decodes, or one without a device decoder
     std::unique_ptr<cuda::DeviceCodec> decoder;
     torch::Tensor scratch;  // a device decode's output, copied into the destination
     std::unique_ptr<cuda::StreamMark> copied;  // that copy, queued on the default stream
@@ -139,7 +141,11 @@ bool DeviceCodecs::Decode(size_t i, const Payload& p, torch::Tensor* out) {
   }
   // The scratch is free once the default stream has done the last decode's copy out of it.
   stream.After(*key.copied);
-  key.decoder->Decode(p.bytes, out->numel(), key.scratch.data_ptr<float>(), stream.get());
+  // From pinned memory the payload goes up without a wait of its own (a pageable one is staged
+  // and waited for); the decode's final synchronisation covers the upload.
+  key.upload.Resize(p.bytes.size());
+  if (!p.bytes.empty()) std::memcpy(key.upload.data(), p.bytes.data(), p.bytes.size());
+  key.decoder->Decode(key.upload.view(), out->numel(), key.scratch.data_ptr<float>(), stream.get());
   cuda::CopyAsync(out->data_ptr<float>(), key.scratch.data_ptr<float>(),
                   out->numel() * sizeof(float), nullptr);
   key.copied->Record(nullptr);
