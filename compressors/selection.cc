@@ -21,27 +21,32 @@ inline void Keep(Selection* sel, int64_t i, float v) {
   sel->values.push_back(v);
 }
 
-// The r-th smallest (0-based) of the magnitudes in `mag` (|x|: sign bits clear), the value
-// nth_element would place at mag[r]. For non-negative floats the order of the bit patterns is
-// the order of the values, so a radix select on the bits finds it: three histogram passes of
-// 11, 11 and 10 bits from the top, each over the survivors of the previous one.
-float NthMagnitude(const std::vector<float>& mag, size_t r) {
-  std::vector<uint32_t> bits(mag.size());
-  std::memcpy(bits.data(), mag.data(), bits.size() * sizeof(uint32_t));
-  size_t live = bits.size();
+// |x|'s bit pattern: for non-negative floats the order of the patterns is that of the values.
+inline uint32_t MagnitudeBits(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, sizeof(b));
+  return b & 0x7fffffffu;
+}
+
+// The r-th smallest (0-based) of the magnitudes whose bit patterns (MagnitudeBits) are in
+// *bits, the value nth_element would place at r; *bits is scratch. A radix select: three
+// histogram passes of 11, 11 and 10 bits from the top, each over the survivors of the last.
+float NthMagnitude(std::vector<uint32_t>* bits, size_t r) {
+  std::vector<uint32_t>& b = *bits;
+  size_t live = b.size();
   for (const int shift : {21, 10, 0}) {
     const uint32_t mask = shift == 0 ? 0x3ffu : 0x7ffu;
     size_t count[2048] = {};
-    for (size_t i = 0; i < live; ++i) ++count[(bits[i] >> shift) & mask];
+    for (size_t i = 0; i < live; ++i) ++count[(b[i] >> shift) & mask];
     uint32_t bucket = 0;
     while (r >= count[bucket]) r -= count[bucket++];
     size_t w = 0;
     for (size_t i = 0; i < live; ++i)
-      if (((bits[i] >> shift) & mask) == bucket) bits[w++] = bits[i];
+      if (((b[i] >> shift) & mask) == bucket) b[w++] = b[i];
     live = w;
   }
   float out;
-  std::memcpy(&out, &bits[0], sizeof(out));
+  std::memcpy(&out, &b[0], sizeof(out));
   return out;
 }
 }  // namespace
@@ -73,10 +78,10 @@ void FilterOutside(const float* in, int64_t n, float lo, float hi, Selection* se
 
 float SampledAbsThreshold(const float* in, int64_t n, double ratio, int64_t m, Rng* rng) {
   if (n <= 0) return 0.f;
-  std::vector<float> sample;
+  std::vector<uint32_t> sample;  // magnitudes' bits (MagnitudeBits)
   if (m >= n) {
     sample.resize(n);
-    for (int64_t i = 0; i < n; ++i) sample[i] = std::fabs(in[i]);
+    for (int64_t i = 0; i < n; ++i) sample[i] = MagnitudeBits(in[i]);
   } else {
     m = std::max<int64_t>(m, 1);
     sample.resize(m);
@@ -85,14 +90,15 @@ float SampledAbsThreshold(const float* in, int64_t n, double ratio, int64_t m, R
       const auto base = static_cast<int64_t>(static_cast<double>(s) * stride);
       const auto width =
           std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(s + 1) * stride) - base);
-      sample[s] = std::fabs(in[std::min(n - 1, base + static_cast<int64_t>(rng->Below(width)))]);
+      sample[s] =
+          MagnitudeBits(in[std::min(n - 1, base + static_cast<int64_t>(rng->Below(width)))]);
     }
   }
   const int64_t above = std::clamp<int64_t>(
       static_cast<int64_t>(std::ceil(ratio * static_cast<double>(sample.size()))), 1,
       static_cast<int64_t>(sample.size()));
   // The element with `above` samples at or above it; strict filtering then keeps about ratio.
-  const float nth = NthMagnitude(sample, sample.size() - static_cast<size_t>(above));
+  const float nth = NthMagnitude(&sample, sample.size() - static_cast<size_t>(above));
   // Step just below so that the nth sample itself passes a strict '>' filter.
   return std::nextafter(nth, 0.f);
 }
@@ -105,11 +111,11 @@ void KeepLargest(Selection* sel, int64_t k) {
     sel->values.clear();
     return;
   }
-  std::vector<float> mag(size);
-  for (int64_t i = 0; i < size; ++i) mag[i] = std::fabs(sel->values[i]);
-  const float kth = NthMagnitude(mag, static_cast<size_t>(size - k));
+  std::vector<uint32_t> bits(size);
+  for (int64_t i = 0; i < size; ++i) bits[i] = MagnitudeBits(sel->values[i]);
+  const float kth = NthMagnitude(&bits, static_cast<size_t>(size - k));
   int64_t greater = 0;
-  for (const float m : mag) greater += m > kth;
+  for (const float v : sel->values) greater += std::fabs(v) > kth;
   int64_t ties = k - greater;
   int64_t w = 0;
   for (int64_t i = 0; i < size; ++i) {

@@ -152,8 +152,8 @@ std::shared_ptr<StepResult> Aggregation::Compute(const Lane& lane, Closing* c, M
       // takes the decode (no buffer per step).
       const compressors::Payload& p = result->payloads[j].payload;
       const compressors::Compressor& decoder = m.Decoder(p.codec);
-      std::vector<int32_t> idx;
-      std::vector<float> val;
+      thread_local std::vector<int32_t> idx;  // the pool thread's, reused step after step
+      thread_local std::vector<float> val;
       if (decoder.DecodeSparse(p.bytes, k.numel, &idx, &val)) {
         SgdStepSparse(shadow, k.weights.data(), idx, val, k.numel, &k.sgd);
         return;
