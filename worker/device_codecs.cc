@@ -123,16 +123,15 @@ bool DeviceCodecs::Encode(size_t i, const CodecSpec& spec, double momentum,
 bool DeviceCodecs::Decode(size_t i, const Payload& p, torch::Tensor* out) {
   if (!OnDevice(*out) || i >= impl_->keys.size()) return false;
   Impl::Key& key = *impl_->keys[i];
-  if (key.decoder_name != p.codec || !key.decoder) {
-    if (key.decoder_name == p.codec) return false;  // no device decoder for it
+  if (key.decoder_name != p.codec) {
     key.decoder_name = p.codec;
     try {
       key.decoder = cuda::MakeDeviceDecoder(p.codec);
     } catch (const InvalidArgument&) {  // e.g. powersgd: decoded on the host
       key.decoder.reset();
-      return false;
     }
   }
+  if (!key.decoder) return false;
   cuda::SideStream& stream = key.Stream();
   if (!key.scratch.defined() || key.scratch.numel() != out->numel()) {
     // LibTorch's allocator may hand out memory that work queued on its stream still reads.

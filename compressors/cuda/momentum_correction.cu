@@ -13,15 +13,10 @@
 #include "compressors/cuda/device_codec.h"
 #include "compressors/cuda/device_parts.h"
 #include "compressors/cuda/momentum_logic.h"
+#include "compressors/cuda/quantizer_kernels.cuh"
 
 namespace gradpress::compressors::cuda {
 namespace {
-
-constexpr int kThreads = 256;
-
-int Blocks(int64_t n) {
-  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 4096));
-}
 
 __global__ void AccumulateKernel(const float* __restrict__ g, float* __restrict__ u,
                                  float* __restrict__ v, int64_t n, float m) {
@@ -37,8 +32,6 @@ __global__ void SentKernel(const float* __restrict__ s, float* __restrict__ u,
     MomentumSent(s[i], &u[i], &v[i]);
 }
 
-cudaStream_t AsStream(Stream s) { return reinterpret_cast<cudaStream_t>(s); }
-
 class DeviceMomentumCorrection : public DeviceCodec {
  public:
   DeviceMomentumCorrection(std::unique_ptr<DeviceCodec> inner, float momentum)
@@ -52,7 +45,7 @@ class DeviceMomentumCorrection : public DeviceCodec {
                " elements, the state ", n_);
     stream_ = stream;
     if (n > 0) {
-      AccumulateKernel<<<Blocks(n), kThreads, 0, AsStream(stream)>>>(in, U(), V(), n, m_);
+      AccumulateKernel<<<GridFor(n), kBlockThreads, 0, AsCuda(stream)>>>(in, U(), V(), n, m_);
       CheckCuda(cudaGetLastError(), "momentum correction: accumulate");
     }
     inner_->Encode(V(), n, ctx, out, stream);
@@ -60,7 +53,7 @@ class DeviceMomentumCorrection : public DeviceCodec {
     float* sent = sent_.as<float>(std::max<int64_t>(n, 1));
     decoder_->Decode(out->view(), n, sent, stream);
     if (n > 0) {
-      SentKernel<<<Blocks(n), kThreads, 0, AsStream(stream)>>>(sent, U(), V(), n);
+      SentKernel<<<GridFor(n), kBlockThreads, 0, AsCuda(stream)>>>(sent, U(), V(), n);
       CheckCuda(cudaGetLastError(), "momentum correction: subtract the sent part");
     }
   }
@@ -80,7 +73,7 @@ class DeviceMomentumCorrection : public DeviceCodec {
     ByteWriter w(out);
     w.PutVarint(static_cast<uint64_t>(n));
     // u and v's last update (SentKernel) may still be queued on the encode's stream.
-    CheckCuda(cudaStreamSynchronize(AsStream(stream_)), "momentum correction: synchronise");
+    CheckCuda(cudaStreamSynchronize(AsCuda(stream_)), "momentum correction: synchronise");
     const size_t bytes = static_cast<size_t>(n) * sizeof(float);
     char* dst = w.Extend(2 * bytes);
     if (n > 0) {
@@ -96,7 +89,7 @@ class DeviceMomentumCorrection : public DeviceCodec {
                " elements in ", in.size(), " bytes");
     const std::string_view uv = r.GetBytes(2 * n * sizeof(float), "u and v");
     inner_->LoadState(r.Rest());
-    CheckCuda(cudaStreamSynchronize(AsStream(stream_)), "momentum correction: synchronise");
+    CheckCuda(cudaStreamSynchronize(AsCuda(stream_)), "momentum correction: synchronise");
     state_.Reserve(std::max<size_t>(uv.size(), sizeof(float)));
     if (n > 0) {
       CheckCuda(cudaMemcpy(state_.data(), uv.data(), uv.size(), cudaMemcpyHostToDevice),
@@ -115,7 +108,7 @@ class DeviceMomentumCorrection : public DeviceCodec {
   float* V() { return U() + n_; }
   void Zero(int64_t n, Stream stream) {
     n_ = n;
-    CheckCuda(cudaMemsetAsync(U(), 0, 2 * static_cast<size_t>(n) * sizeof(float), AsStream(stream)),
+    CheckCuda(cudaMemsetAsync(U(), 0, 2 * static_cast<size_t>(n) * sizeof(float), AsCuda(stream)),
               "zero u, v");
   }
 

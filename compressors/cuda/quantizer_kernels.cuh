@@ -1,8 +1,8 @@
 #pragma once
 // What the device quantizers' .cu files share (quantizers.cu, quantizer_qsgd.cu,
 // quantizer_terngrad.cu, quantizer_onebit.cu): the per-codec factories MakeDeviceQuantizer
-// dispatches to, launch sizing, and the device helpers every decode kernel uses.
-// nvcc only. Thread-safety: free functions.
+// dispatches to, launch sizing (momentum_correction.cu's too), and the device helpers every
+// decode kernel uses. nvcc only. Thread-safety: free functions.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -35,6 +35,9 @@ inline unsigned BlocksFor(int64_t items, int64_t per_block, int64_t cap) {
   const int64_t blocks = (items + per_block - 1) / per_block;
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(blocks, cap)));
 }
+
+// The grid of a grid-stride kernel over n elements, kBlockThreads a block.
+inline unsigned GridFor(int64_t n) { return BlocksFor(n, kBlockThreads, GridStrideCap()); }
 
 // Quantizers of at least kSliceMinElements elements encode and decode in about kSlices
 // slices, so that the codec's payload copies overlap the next slice's kernels (PayloadSlice).

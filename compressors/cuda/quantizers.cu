@@ -119,8 +119,6 @@ __global__ void Int8DecodeKernel(const uint8_t* bytes, int64_t n, float* out) {
 
 // ---- quantizers ------------------------------------------------------------------------
 
-unsigned GridFor(int64_t n) { return BlocksFor(n, kBlockThreads, GridStrideCap()); }
-
 void ExpectSize(std::string_view bytes, size_t expect, const char* codec, int64_t n) {
   GP_ENFORCE(bytes.size() == expect, codec, ": payload has ", bytes.size(), " bytes, expected ",
              expect, " for ", n, " elements");
