@@ -46,8 +46,8 @@ KeyCalibration CalibrateKeys(const Config& config, const std::vector<Calibration
   const auto data = data::LoadDataset(c.dataset.name, c.dataset.path, 2 * batch, 1,
                                       static_cast<uint64_t>(c.train.seed));
   const int64_t channels = data.train.images.size(1), size = data.train.images.size(2);
-  torch::manual_seed(c.train.seed);
-  auto model = models::MakeJobModel(c.model, c.model_path, channels, size, data::kNumClasses);
+  auto model = models::MakeJobModel(c.model, c.model_path, channels, size, data::kNumClasses,
+                                    static_cast<uint64_t>(c.train.seed));
   model->train();
   std::vector<torch::Tensor> params = model->parameters();
   torch::optim::SGD sgd(params, torch::optim::SGDOptions(c.train.lr).momentum(c.train.momentum));

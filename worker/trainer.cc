@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
-#include <mutex>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -28,11 +27,6 @@
 
 namespace gradpress::worker {
 namespace {
-
-std::mutex& SeedMutex() {
-  static std::mutex mu;
-  return mu;
-}
 
 torch::Device PickDevice(const std::string& device) {
   if (device == "cuda" || (device == "auto" && torch::cuda::is_available()))
@@ -59,11 +53,8 @@ Trainer::Trainer(TrainerOptions options)
   const int64_t shard = data::ShardSize(data_.train.size(), opt_.workers);
   steps_per_epoch_ = std::max<int64_t>(1, (shard + c.train.batch_size - 1) / c.train.batch_size);
   const int64_t channels = data_.train.images.size(1), size = data_.train.images.size(2);
-  {
-    std::lock_guard<std::mutex> lock(SeedMutex());
-    torch::manual_seed(c.train.seed);
-    model_ = models::MakeJobModel(c.model, c.model_path, channels, size, data::kNumClasses);
-  }
+  model_ = models::MakeJobModel(c.model, c.model_path, channels, size, data::kNumClasses,
+                                static_cast<uint64_t>(c.train.seed));
   model_->to(device_);
   model_->train();
   for (const auto& p : model_->parameters()) {

@@ -1,5 +1,9 @@
 #include "worker/models/model_factory.h"
 
+#include <torch/torch.h>
+
+#include <mutex>
+
 #include "common/error.h"
 #include "worker/models/lenet.h"
 #include "worker/models/resnet.h"
@@ -26,9 +30,13 @@ std::shared_ptr<Net> MakeModel(const std::string& name, int64_t in_channels, int
 }
 
 std::shared_ptr<Net> MakeJobModel(const std::string& name, const std::string& path,
-                                  int64_t in_channels, int64_t image_size, int64_t classes) {
-  return name == "torchscript" ? LoadTorchScript(path, in_channels, image_size, classes)
-                               : MakeModel(name, in_channels, image_size, classes);
+                                  int64_t in_channels, int64_t image_size, int64_t classes,
+                                  uint64_t seed) {
+  if (name == "torchscript") return LoadTorchScript(path, in_channels, image_size, classes);
+  static std::mutex seed_mu;  // the global generator: seeded and drawn by one thread at a time
+  std::lock_guard<std::mutex> lock(seed_mu);
+  torch::manual_seed(seed);
+  return MakeModel(name, in_channels, image_size, classes);
 }
 
 }  // namespace gradpress::worker::models

@@ -14,8 +14,11 @@
 // (counts for 10 classes, 3x32x32 unless noted). An unknown name throws InvalidArgument listing
 // the known ones; an unsupported in_channels / image_size / classes throws InvalidArgument.
 // MakeJobModel is the job's `model:`: "torchscript" loads `path` (torchscript.h), any other
-// name is MakeModel's.
-// Thread-safety: pure function.
+// name is MakeModel's, initialised from LibTorch's global generator seeded with `seed` under a
+// process-wide lock: two workers (or a worker and its compress.auto calibration) building
+// models on two threads of one process cannot interleave their draws.
+// Thread-safety: MakeModel is a pure function of the global generator; MakeJobModel is safe.
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,7 +31,8 @@ std::shared_ptr<Net> MakeModel(const std::string& name, int64_t in_channels, int
                                int64_t classes);
 
 std::shared_ptr<Net> MakeJobModel(const std::string& name, const std::string& path,
-                                  int64_t in_channels, int64_t image_size, int64_t classes);
+                                  int64_t in_channels, int64_t image_size, int64_t classes,
+                                  uint64_t seed);
 
 // {"lenet", "vgg11", "resnet18", "resnet20"}
 const std::vector<std::string>& KnownModels();

@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <atomic>
 #include <map>
+#include <thread>
 
 #include "common/error.h"
 #include "tests/catch_torch.h"
@@ -170,6 +172,31 @@ TEST_CASE("parameter names and initial weights are stable between constructions"
         std::vector<std::string>{"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",
                                  "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight",
                                  "fc3.bias"});
+}
+
+TEST_CASE("job models built on two threads at once each get their own seed's weights", "[models]") {
+  // Two workers of one process (or a worker and compress.auto's calibration) build their
+  // models at the same time: neither may draw from the global generator the other seeded.
+  auto weights = [](uint64_t seed) {
+    const auto p = MakeJobModel("lenet", "", 1, 28, 10, seed)->parameters();
+    std::vector<torch::Tensor> out;
+    for (const auto& t : p) out.push_back(t.detach().flatten());
+    return torch::cat(out);
+  };
+  const torch::Tensor three = weights(3), seven = weights(7);
+  REQUIRE_FALSE(torch::equal(three, seven));
+  constexpr int kRounds = 200;
+  std::atomic<int> wrong_seven{0};
+  std::thread other([&] {
+    for (int i = 0; i < kRounds; ++i)
+      if (!torch::equal(weights(7), seven)) ++wrong_seven;
+  });
+  int wrong_three = 0;
+  for (int i = 0; i < kRounds; ++i)
+    if (!torch::equal(weights(3), three)) ++wrong_three;
+  other.join();
+  CHECK(wrong_three == 0);
+  CHECK(wrong_seven.load() == 0);
 }
 
 TEST_CASE("LeNet overfits 64 random images", "[models]") {
