@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <type_traits>
@@ -17,38 +18,31 @@ namespace {
 // Handlers queued or running, over every server in the process (RawCallsRunning).
 std::atomic<int> running_calls{0};
 
-// Completion of one kind of operation (a read, a write, the whole call), handed from gRPC's
-// reaction threads to the handler's thread. Shared, so a reaction that signals never touches
-// a reactor the handler's thread may already have deleted.
+// Messages read ahead and written behind, and the call's end, handed between gRPC's
+// reaction threads and the handler's thread. A handler wakes when it needs a message that
+// has not arrived, or when too many writes are queued, not once per message. Shared, so a
+// reaction that signals never touches a reactor the handler's thread may already have deleted.
 struct Signals {
-  struct Op {
-    bool done = false, ok = false;
-  };
   std::mutex mu;
   std::condition_variable cv;
-  Op read, write, call;
-  void Set(Op* op, bool ok) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      op->done = true;
-      op->ok = ok;
-    }
-    cv.notify_all();
-  }
-  bool Wait(Op* op) {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return op->done; });
-    op->done = false;
-    return op->ok;
-  }
+  std::deque<grpc::ByteBuffer> inbox;  // read, not yet taken by the handler
+  bool reading = false, read_end = false;
+  std::deque<grpc::ByteBuffer> outbox;  // front: being written; the rest: queued
+  bool write_failed = false;
+  bool call_done = false;
 };
+
+// Reads queued ahead of the handler, and writes queued behind it, at most: each message is at
+// most kChunkBytes (transport/chunks.h), so a call holds at most 16 of them in memory.
+constexpr size_t kReadAhead = 8;
+constexpr size_t kWriteBehind = 8;
 
 using Bidi = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
 using Reader = grpc::ServerReadReactor<grpc::ByteBuffer>;
 using Writer = grpc::ServerWriteReactor<grpc::ByteBuffer>;
 
-// One call: a reactor whose handler runs on its own thread. That thread finishes the call,
-// waits for OnDone (gRPC is then done with the reactor) and deletes it.
+// One call: a reactor whose handler runs on its own thread. That thread finishes the call once
+// its writes are out, waits for OnDone (gRPC is then done with the reactor) and deletes it.
 template <typename Reactor>
 class Blocking final : public Reactor, public RawStream {
   static constexpr bool kReads = !std::is_same_v<Reactor, Writer>;   // the client streams
@@ -70,8 +64,14 @@ class Blocking final : public Reactor, public RawStream {
 
   bool Read(grpc::ByteBuffer* msg) override {
     if constexpr (kReads) {
-      this->StartRead(msg);
-      return sig_->Wait(&sig_->read);
+      std::unique_lock<std::mutex> lock(sig_->mu);
+      if (ClaimRead()) StartReadUnlocked(&lock);
+      sig_->cv.wait(lock, [&] { return !sig_->inbox.empty() || sig_->read_end; });
+      if (sig_->inbox.empty()) return false;
+      *msg = std::move(sig_->inbox.front());
+      sig_->inbox.pop_front();
+      if (ClaimRead()) StartReadUnlocked(&lock);  // the next one while the handler works
+      return true;
     } else {
       if (request_ == nullptr) return false;
       *msg = *request_;
@@ -82,8 +82,15 @@ class Blocking final : public Reactor, public RawStream {
 
   bool Write(const grpc::ByteBuffer& msg) override {
     if constexpr (kWrites) {
-      this->StartWrite(&msg);
-      return sig_->Wait(&sig_->write);
+      std::unique_lock<std::mutex> lock(sig_->mu);
+      sig_->cv.wait(lock, [&] { return sig_->outbox.size() < kWriteBehind || sig_->write_failed; });
+      if (sig_->write_failed) return false;
+      sig_->outbox.push_back(msg);               // a reference to the same slices: no bytes copied
+      if (sig_->outbox.size() > 1) return true;  // OnWriteDone starts it
+      const grpc::ByteBuffer* first = &sig_->outbox.front();  // stays put: only OnWriteDone pops
+      lock.unlock();
+      this->StartWrite(first);
+      return true;
     } else {
       GP_ENFORCE_AS(Internal, reply_ != nullptr, "a call with one reply was written twice");
       *reply_ = msg;
@@ -93,19 +100,61 @@ class Blocking final : public Reactor, public RawStream {
   }
 
   // Reactions (gRPC's threads). OnReadDone and OnWriteDone exist only in the reactors that
-  // read or write; in the others these are plain members nobody calls.
-  void OnReadDone(bool ok) { sig_->Set(&sig_->read, ok); }
-  void OnWriteDone(bool ok) { sig_->Set(&sig_->write, ok); }
+  // read or write; in the others these are plain members nobody calls. No Start* is called
+  // with the lock held: gRPC may run the reaction it completes inline, on the caller's thread.
+  void OnReadDone(bool ok) {
+    std::unique_lock<std::mutex> lock(sig_->mu);
+    sig_->reading = false;
+    if (ok) {
+      sig_->inbox.push_back(std::move(incoming_));
+      incoming_.Clear();
+    } else {
+      sig_->read_end = true;  // half-closed, or the call died
+    }
+    const bool more = ClaimRead();
+    sig_->cv.notify_all();
+    if (more) StartReadUnlocked(&lock);
+  }
+  void OnWriteDone(bool ok) {
+    std::unique_lock<std::mutex> lock(sig_->mu);
+    sig_->outbox.pop_front();
+    if (!ok) {
+      sig_->write_failed = true;
+      sig_->outbox.clear();
+    }
+    const grpc::ByteBuffer* next = sig_->outbox.empty() ? nullptr : &sig_->outbox.front();
+    sig_->cv.notify_all();
+    lock.unlock();
+    if (next != nullptr) this->StartWrite(next);
+  }
   void OnDone() override {
     if (!threaded_) {
       delete this;
       return;
     }
     std::shared_ptr<Signals> sig = sig_;  // `this` may be gone once the handler's thread wakes
-    sig->Set(&sig->call, true);
+    {
+      std::lock_guard<std::mutex> lock(sig->mu);
+      sig->call_done = true;
+    }
+    sig->cv.notify_all();
   }
 
  private:
+  // With sig_->mu held: whether to start the next read (none in flight, the stream not ended,
+  // fewer than kReadAhead messages waiting); true marks it in flight.
+  bool ClaimRead() {
+    if (sig_->reading || sig_->read_end || sig_->inbox.size() >= kReadAhead) return false;
+    sig_->reading = true;
+    return true;
+  }
+  // Starts the claimed read with the lock released, and takes the lock back.
+  void StartReadUnlocked(std::unique_lock<std::mutex>* lock) {
+    lock->unlock();
+    this->StartRead(&incoming_);
+    lock->lock();
+  }
+
   void Run(const std::shared_ptr<Signals>& sig, const RawHandler& handler) {
     grpc::Status status;
     try {
@@ -113,8 +162,17 @@ class Blocking final : public Reactor, public RawStream {
     } catch (...) {
       status = ToStatus(std::current_exception());
     }
+    {
+      // Finish follows the queued writes (and no read is started after this).
+      std::unique_lock<std::mutex> lock(sig->mu);
+      sig->read_end = true;
+      sig->cv.wait(lock, [&] { return sig->outbox.empty(); });
+    }
     this->Finish(std::move(status));
-    sig->Wait(&sig->call);
+    {
+      std::unique_lock<std::mutex> lock(sig->mu);
+      sig->cv.wait(lock, [&] { return sig->call_done; });
+    }
     delete this;
     --running_calls;
   }
@@ -122,6 +180,7 @@ class Blocking final : public Reactor, public RawStream {
   grpc::CallbackServerContext* const ctx_;
   const grpc::ByteBuffer* request_;  // server streaming: the request, until read
   grpc::ByteBuffer* reply_;          // client streaming: where the reply goes, until written
+  grpc::ByteBuffer incoming_;        // the read in flight writes here
   const std::shared_ptr<Signals> sig_;
   bool threaded_ = false;
 };

@@ -42,8 +42,10 @@ class RawStream {
  public:
   virtual ~RawStream() = default;
   // The next message from the client; false once the client has half-closed (or the call died).
+  // Messages are read ahead of the caller (a few), so a burst wakes it once, not per message.
   virtual bool Read(grpc::ByteBuffer* msg) = 0;
-  // Sends a message (waits until gRPC has taken it); false once the call is dead.
+  // Queues a message to send (waits only while a few are queued); false once the call is
+  // dead. The call's status is sent after every queued message.
   virtual bool Write(const grpc::ByteBuffer& msg) = 0;
 };
 
