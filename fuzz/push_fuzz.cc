@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -120,42 +121,53 @@ void CheckAgainstProtobuf(std::string_view bytes, const transport::WireMessage& 
     if (!h.ParseFromString(m.header)) return;
     if (!pm.has_header() || pm.header().SerializeAsString() != h.SerializeAsString())
       Fail("ParseMessage and protobuf disagree on a header");
-  } else if (m.has_chunk) {
-    if (!pm.has_chunk()) Fail("ParseMessage found a chunk, protobuf none");
-    proto::TensorChunk c = pm.chunk();
+  } else if (pm.has_header()) {
+    Fail("protobuf found a header, ParseMessage none");
+  }
+  if (static_cast<size_t>(pm.chunk_size()) != m.chunks.size())
+    Fail("ParseMessage and protobuf disagree on the number of chunks");
+  for (size_t i = 0; i < m.chunks.size(); ++i) {
+    proto::TensorChunk c = pm.chunk(static_cast<int>(i));
     std::string data;
-    for (auto piece : m.data) data.append(piece);
-    if (c.data() != data || data.size() != m.data_size)
+    for (auto piece : m.chunks[i].data) data.append(piece);
+    if (c.data() != data || data.size() != m.chunks[i].data_size)
       Fail("ParseMessage and protobuf disagree on chunk data");
     c.clear_data();
-    if (c.SerializeAsString() != m.chunk.SerializeAsString())
+    if (c.SerializeAsString() != m.chunks[i].chunk.SerializeAsString())
       Fail("ParseMessage and protobuf disagree on chunk fields");
-  } else if (pm.kind_case() != proto::PushMessage::KIND_NOT_SET) {
-    Fail("protobuf found a header or chunk, ParseMessage none");
   }
 }
 
 // A result the store hands out must travel: framed, parsed back, decoded by its codec.
 void CheckResult(const server::StepResult& r) {
   if (r.payloads.size() != Model().size()) Fail("result has the wrong number of keys");
+  // Every payload through one writer (gathered as the service sends them), parsed back.
   auto keep = std::make_shared<int>(0);
-  for (size_t i = 0; i < r.payloads.size(); ++i) {
-    const KeyPayload& kp = r.payloads[i];
+  std::map<std::string, std::string> back;
+  proto::PullHeader h;
+  h.set_step(r.step);
+  transport::MessageWriter w([&](grpc::ByteBuffer b) {
+    transport::WireMessage m;
+    transport::ParseMessage(&b, &m);
+    for (const transport::WireChunk& c : m.chunks) {
+      std::string& bytes = back[c.chunk.key()];
+      if (c.chunk.offset() != bytes.size()) Fail("a framed result chunk is out of order");
+      for (auto piece : c.data) bytes.append(piece);
+    }
+    return true;
+  });
+  w.Header(h);
+  for (const KeyPayload& kp : r.payloads) {
     proto::TensorChunk meta;
     meta.set_key(kp.key);
     meta.set_codec(kp.payload.codec);
     for (int64_t d : kp.payload.shape) meta.add_shape(d);
-    std::string back;
-    transport::ForEachFrame(meta, kp.payload.bytes.data(), kp.payload.bytes.size(), keep,
-                            [&](grpc::ByteBuffer b) {
-                              transport::WireMessage m;
-                              transport::ParseMessage(&b, &m);
-                              if (!m.has_chunk || m.chunk.key() != kp.key)
-                                Fail("a framed result chunk does not parse back");
-                              for (auto piece : m.data) back.append(piece);
-                              return true;
-                            });
-    if (back != kp.payload.bytes) Fail("a framed result's bytes differ");
+    w.Payload(meta, kp.payload.bytes.data(), kp.payload.bytes.size(), keep);
+  }
+  w.Flush();
+  for (size_t i = 0; i < r.payloads.size(); ++i) {
+    const KeyPayload& kp = r.payloads[i];
+    if (back[kp.key] != kp.payload.bytes) Fail("a framed result's bytes differ");
     std::vector<float> out(Numel(Model()[i].shape));
     try {
       compressors::MakeDecoder(kp.payload.codec)
@@ -222,19 +234,28 @@ void InitWeights(ParameterStore& store, const std::vector<std::string_view>& rec
 
 // --- seeds: valid streams made by the project's encoders -----------------------------------
 
-std::string HeaderMessage(int64_t step, int64_t base_step, bool lr) {
+proto::PushHeader Header(int64_t step, int64_t base_step, bool lr) {
   proto::PushHeader h;
   h.set_worker_id(kWorker.name);
   h.set_incarnation(kWorker.incarnation);
   h.set_step(step);
   h.set_base_step(base_step);
   if (lr) h.set_lr(0.05);
-  return Flatten(transport::FrameHeader(h));
+  return h;
 }
 
-// One push of every key encoded with `codec`, each payload in `pieces` chunks.
+// One push of every key encoded with `codec`: each payload in `pieces` chunks of its own
+// message after a header message, or (pieces 0) gathered as the client sends them
+// (transport::MessageWriter: the header and every chunk in one message).
 void PutPush(const std::string& codec, int64_t step, int pieces, bool lr, std::string* out) {
-  PutRecord(HeaderMessage(step, step, lr), out);
+  transport::MessageWriter gathered([out](grpc::ByteBuffer b) {
+    PutRecord(Flatten(std::move(b)), out);
+    return true;
+  });
+  if (pieces == 0)
+    gathered.Header(Header(step, step, lr));
+  else
+    PutRecord(Flatten(transport::FrameHeader(Header(step, step, lr))), out);
   for (size_t i = 0; i < Model().size(); ++i) {
     const TensorSpec& s = Model()[i];
     auto c = compressors::MakeCompressor(ParseCodecShorthand(codec));
@@ -245,6 +266,10 @@ void PutPush(const std::string& codec, int64_t step, int pieces, bool lr, std::s
     meta.set_key(s.key);
     meta.set_codec(c->Name());
     for (int64_t d : s.shape) meta.add_shape(d);
+    if (pieces == 0) {
+      gathered.Payload(meta, bytes.data(), bytes.size(), nullptr);
+      continue;
+    }
     meta.set_total_bytes(bytes.size());
     const size_t each = bytes.size() / pieces + 1;
     size_t at = 0;
@@ -255,6 +280,7 @@ void PutPush(const std::string& codec, int64_t step, int pieces, bool lr, std::s
       at += len;
     } while (at < bytes.size());
   }
+  gathered.Flush();
 }
 
 void WriteSeeds(Seeds& seeds) {
@@ -282,7 +308,7 @@ void WriteSeeds(Seeds& seeds) {
       PutBoundary(&s);
       PutPush(codec, options & 2 ? 1 : 0, 1, false, &s);  // a duplicate, or async's next
       PutBoundary(&s);
-      PutPush(codec, 1, 2, false, &s);  // sync's next step
+      PutPush(codec, 1, k % 2 ? 2 : 0, false, &s);  // sync's next step
       seeds.Write("push-" + std::to_string(k++), s);
     }
     std::string s;  // InitWeights: the same records, through the whole-push reader

@@ -23,8 +23,8 @@ struct StreamFrames : PushFrameReader {
   RawStream* stream;
 };
 
-// The result as raw messages: a header, then chunks whose data are views of `r`'s payloads
-// (each slice holds a reference to `r`).
+// The result as raw messages: the header and chunks whose data are views of `r`'s payloads
+// (each slice holds a reference to `r`), small payloads gathered into one message.
 void WriteRawResult(RawStream* stream, std::shared_ptr<const StepResult> r, double wait_ms,
                     double server_ms, ParameterStore* store) {
   proto::PullHeader h;
@@ -32,7 +32,8 @@ void WriteRawResult(RawStream* stream, std::shared_ptr<const StepResult> r, doub
   h.set_wait_ms(wait_ms);
   h.set_server_ms(server_ms);
   h.set_contributors(r->contributors);
-  GP_ENFORCE_AS(Unavailable, stream->Write(transport::FrameHeader(h)), "client went away");
+  transport::MessageWriter out([stream](grpc::ByteBuffer b) { return stream->Write(b); });
+  out.Header(h);
   uint64_t bytes = 0;
   for (const auto& kp : r->payloads) {
     proto::TensorChunk meta;
@@ -41,12 +42,10 @@ void WriteRawResult(RawStream* stream, std::shared_ptr<const StepResult> r, doub
     for (int64_t d : kp.payload.shape) meta.add_shape(d);
     meta.set_dtype(static_cast<uint32_t>(kp.payload.dtype));
     const std::string& data = kp.payload.bytes;
-    transport::ForEachFrame(meta, data.data(), data.size(), r, [&](grpc::ByteBuffer b) {
-      GP_ENFORCE_AS(Unavailable, stream->Write(b), "client went away");
-      return true;
-    });
+    GP_ENFORCE_AS(Unavailable, out.Payload(meta, data.data(), data.size(), r), "client went away");
     bytes += data.size();
   }
+  GP_ENFORCE_AS(Unavailable, out.Flush(), "client went away");
   store->CountBytesOut(bytes);
 }
 
@@ -173,10 +172,11 @@ WholePush ReadWholePush(PushFrameReader* frames, const std::vector<TensorSpec>& 
   GP_REFUSE(NotFound, Reason::kNotRegistered, !model.empty(), "worker '", push.header.worker_id(),
             "' is not registered (no model yet)");
   transport::PayloadAssembler assembler(model);
-  while (frames->Read(&buffer)) {
+  for (;;) {
+    for (const transport::WireChunk& c : m.chunks) assembler.Add(c.chunk, c.data);
+    if (!frames->Read(&buffer)) break;
     transport::ParseMessage(&buffer, &m);
-    GP_ENFORCE(m.has_chunk, "push stream has a second header");
-    assembler.Add(m.chunk, m.data);
+    GP_ENFORCE(!m.has_header, "push stream has a second header");
   }
   push.payloads = assembler.Finish();
   return push;
@@ -196,21 +196,24 @@ PushPullResult ReadPushStream(ParameterStore* store, PushFrameReader* frames,
       h.has_lr() ? std::optional<double>(h.lr()) : std::nullopt, h.has_bucket() ? h.bucket() : -1);
   if (dashboard && h.rows_size() > 0) dashboard->Add(h.rows());
   ParameterStore::Piece piece;
-  while (frames->Read(&buffer)) {
-    transport::ParseMessage(&buffer, &m);
-    GP_ENFORCE(m.has_chunk, "push stream has a second header");
-    const proto::TensorChunk& c = m.chunk;
-    piece.key = c.key();
-    piece.codec = c.codec();
-    piece.shape.assign(c.shape().begin(), c.shape().end());
-    piece.dtype = c.dtype();
-    piece.total_bytes = c.total_bytes();
-    piece.offset = c.offset();
-    if (m.data.empty()) session->Add(piece, {});
-    for (std::string_view data : m.data) {
-      session->Add(piece, data);
-      piece.offset += data.size();
+  for (;;) {
+    for (const transport::WireChunk& w : m.chunks) {
+      const proto::TensorChunk& c = w.chunk;
+      piece.key = c.key();
+      piece.codec = c.codec();
+      piece.shape.assign(c.shape().begin(), c.shape().end());
+      piece.dtype = c.dtype();
+      piece.total_bytes = c.total_bytes();
+      piece.offset = c.offset();
+      if (w.data.empty()) session->Add(piece, {});
+      for (std::string_view data : w.data) {
+        session->Add(piece, data);
+        piece.offset += data.size();
+      }
     }
+    if (!frames->Read(&buffer)) break;
+    transport::ParseMessage(&buffer, &m);
+    GP_ENFORCE(!m.has_header, "push stream has a second header");
   }
   return session->Commit(wait);
 }

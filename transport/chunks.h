@@ -3,9 +3,10 @@
 // kChunkBytes, and reassembled on the other side with every field checked. Shared by the
 // server's service adapter and the worker's client.
 //
-//   PayloadAssembler a(model);  a.Add(m.chunk, m.data) ...;   // m: a transport::WireMessage
+//   PayloadAssembler a(model);
+//   for (const WireChunk& c : m.chunks) a.Add(c.chunk, c.data);  // m: a transport::WireMessage
 //   std::vector<KeyPayload> kps = a.Finish();
-// (Senders frame payloads with transport/wire.h's ForEachFrame.)
+// (Senders frame payloads with transport/wire.h's MessageWriter.)
 //
 // Thread-safety: values; one assembler per stream.
 #include <cstdint>

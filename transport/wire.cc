@@ -118,7 +118,7 @@ void CopyValue(Cursor& c, int type, size_t end, std::string* out) {
   GP_ENFORCE(c.pos() <= end, "malformed message: field past the end");
 }
 
-void ParseChunk(Cursor& c, size_t end, WireMessage* out) {
+void ParseChunk(Cursor& c, size_t end, WireChunk* out) {
   std::string meta;  // every field but data, re-encoded for protobuf to parse
   bool has_data = false;
   while (c.pos() < end) {
@@ -137,10 +137,11 @@ void ParseChunk(Cursor& c, size_t end, WireMessage* out) {
   }
   GP_ENFORCE(c.pos() == end, "malformed message: chunk past its length");
   GP_ENFORCE(out->chunk.ParseFromString(meta), "malformed message: bad chunk fields");
-  out->has_chunk = true;
 }
 
-grpc::ByteBuffer Frame(const proto::TensorChunk& meta, size_t n, grpc::Slice data) {
+// Appends a chunk field (meta, then data = `data` of n bytes) to a message's slices.
+void AppendChunk(const proto::TensorChunk& meta, size_t n, grpc::Slice data,
+                 std::vector<grpc::Slice>* slices) {
   const std::string fields = meta.SerializeAsString();
   std::string prefix;
   prefix.push_back(static_cast<char>((kChunkField << 3) | kLen));
@@ -148,8 +149,27 @@ grpc::ByteBuffer Frame(const proto::TensorChunk& meta, size_t n, grpc::Slice dat
   prefix += fields;
   prefix.push_back(static_cast<char>((kDataField << 3) | kLen));
   PutVarint(n, &prefix);
-  grpc::Slice slices[2] = {grpc::Slice(prefix), std::move(data)};
-  return grpc::ByteBuffer(slices, n > 0 ? 2 : 1);
+  slices->emplace_back(prefix);
+  if (n > 0) slices->push_back(std::move(data));
+}
+
+// A slice of [data, data + n): referring to it (holding keep_alive) or a copy.
+grpc::Slice DataSlice(const char* data, size_t n, const std::shared_ptr<const void>& keep_alive) {
+  if (n == 0) return grpc::Slice();
+  if (!keep_alive) return grpc::Slice(data, n);
+  auto* hold = new std::shared_ptr<const void>(keep_alive);
+  return grpc::Slice(
+      const_cast<char*>(data), n,
+      [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }, hold);
+}
+
+std::string HeaderField(const google::protobuf::MessageLite& header) {
+  std::string bytes;
+  bytes.push_back(static_cast<char>((kHeaderField << 3) | kLen));
+  const std::string fields = header.SerializeAsString();
+  PutVarint(fields.size(), &bytes);
+  bytes += fields;
+  return bytes;
 }
 
 }  // namespace
@@ -163,16 +183,15 @@ void ParseMessage(grpc::ByteBuffer* buffer, WireMessage* out) {
     const uint64_t tag = c.Varint();
     const int type = static_cast<int>(tag & 7);
     const uint64_t field = tag >> 3;
-    if (type == kLen && (field == kHeaderField || field == kChunkField)) {
-      GP_ENFORCE(!out->has_header && !out->has_chunk,
-                 "malformed message: more than one header or chunk");
+    if (type == kLen && field == kHeaderField) {
+      GP_ENFORCE(!out->has_header, "malformed message: more than one header");
+      out->has_header = true;
+      c.Copy(c.Length(c.size()), &out->header);
+      continue;
+    }
+    if (type == kLen && field == kChunkField) {
       const size_t len = c.Length(c.size());
-      if (field == kHeaderField) {
-        out->has_header = true;
-        c.Copy(len, &out->header);
-      } else {
-        ParseChunk(c, c.pos() + len, out);
-      }
+      ParseChunk(c, c.pos() + len, &out->chunks.emplace_back());
       continue;
     }
     std::string ignored;  // an unknown field: skipped, as protobuf would
@@ -180,44 +199,45 @@ void ParseMessage(grpc::ByteBuffer* buffer, WireMessage* out) {
   }
 }
 
-grpc::ByteBuffer FrameChunk(const proto::TensorChunk& meta, const char* data, size_t n) {
-  return Frame(meta, n, n > 0 ? grpc::Slice(data, n) : grpc::Slice());
+void MessageWriter::Header(const google::protobuf::MessageLite& header) {
+  slices_.emplace_back(HeaderField(header));
 }
 
-grpc::ByteBuffer FrameChunk(const proto::TensorChunk& meta, const char* data, size_t n,
-                            std::shared_ptr<const void> keep_alive) {
-  if (n == 0) return Frame(meta, 0, grpc::Slice());
-  auto* hold = new std::shared_ptr<const void>(std::move(keep_alive));
-  grpc::Slice slice(
-      const_cast<char*>(data), n,
-      [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }, hold);
-  return Frame(meta, n, std::move(slice));
-}
-
-bool ForEachFrame(proto::TensorChunk meta, const char* data, size_t total,
-                  const std::shared_ptr<const void>& keep_alive,
-                  const std::function<bool(grpc::ByteBuffer)>& emit) {
+bool MessageWriter::Payload(proto::TensorChunk meta, const char* data, size_t total,
+                            const std::shared_ptr<const void>& keep_alive) {
+  if (failed_) return false;
   meta.set_total_bytes(total);
   size_t offset = 0;
   do {
     const size_t n = std::min(kChunkBytes, total - offset);
+    if (data_bytes_ > 0 && data_bytes_ + n > kChunkBytes && !Flush()) return false;
     meta.set_offset(offset);
-    if (!emit(keep_alive ? FrameChunk(meta, data + offset, n, keep_alive)
-                         : FrameChunk(meta, data + offset, n))) {
-      return false;
-    }
+    AppendChunk(meta, n, DataSlice(data + offset, n, keep_alive), &slices_);
+    data_bytes_ += n;
     offset += n;
+    if (data_bytes_ >= kChunkBytes && !Flush()) return false;
   } while (offset < total);
-  return true;
+  return !failed_;
+}
+
+bool MessageWriter::Flush() {
+  if (failed_) return false;
+  if (slices_.empty()) return true;
+  grpc::ByteBuffer b(slices_.data(), slices_.size());
+  slices_.clear();
+  data_bytes_ = 0;
+  failed_ = !emit_(std::move(b));
+  return !failed_;
+}
+
+grpc::ByteBuffer FrameChunk(const proto::TensorChunk& meta, const char* data, size_t n) {
+  std::vector<grpc::Slice> slices;
+  AppendChunk(meta, n, DataSlice(data, n, nullptr), &slices);
+  return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
 grpc::ByteBuffer FrameHeader(const google::protobuf::MessageLite& header) {
-  std::string bytes;
-  bytes.push_back(static_cast<char>((kHeaderField << 3) | kLen));
-  const std::string fields = header.SerializeAsString();
-  PutVarint(fields.size(), &bytes);
-  bytes += fields;
-  grpc::Slice slice(bytes);
+  grpc::Slice slice(HeaderField(header));
   return grpc::ByteBuffer(&slice, 1);
 }
 

@@ -98,17 +98,4 @@ auto WithRetry(GrpcPsClient::Impl& impl, const ClientOptions& opt, const char* w
   }
 }
 
-inline void FillHeader(const ClientOptions& opt, int64_t step, int64_t base_step,
-                       std::optional<double> lr, proto::PushMessage* msg, int bucket = -1,
-                       const std::vector<proto::WorkerRow>& rows = {}) {
-  auto* h = msg->mutable_header();
-  for (const auto& r : rows) *h->add_rows() = r;
-  if (bucket >= 0) h->set_bucket(bucket);
-  h->set_worker_id(opt.worker_id);
-  h->set_incarnation(opt.incarnation);
-  h->set_step(step);
-  h->set_base_step(base_step);
-  if (lr) h->set_lr(*lr);
-}
-
 }  // namespace gradpress::worker

@@ -32,9 +32,9 @@ StepMetrics GrpcPsClient::PushPull(const StepCall& call, const std::vector<torch
       [&](grpc::ClientContext* ctx) {
         transport::RawCall rpc_call(impl_->raw.get(), transport::MethodPath(what), ctx);
         turn.Take();
-        if (rpc_call.Write(
-                HeaderMessage(opt_, call.step, call.base_step, call.lr, keys.bucket, rows)))
-          WriteRawPush(&rpc_call, pushes);
+        WriteRawPush(&rpc_call,
+                     PushHeaderFor(opt_, call.step, call.base_step, call.lr, keys.bucket, rows),
+                     pushes);
         rpc_call.WritesDone();
         turn.Give();  // the next bucket's push goes out while this one is completed and pulled
         if (!call.wait) return ReadReply<proto::PushReply>(&rpc_call, what);
@@ -96,7 +96,7 @@ bool GrpcPsClient::UploadWeights(bool publish, int64_t round,
     pushes.push_back({std::move(kp), {}});
   return WithRetry(*impl_, opt_, what, [&](grpc::ClientContext* ctx) {
     transport::RawCall call(impl_->raw.get(), transport::MethodPath(what), ctx);
-    if (call.Write(HeaderMessage(opt_, round, 0, std::nullopt))) WriteRawPush(&call, pushes);
+    WriteRawPush(&call, PushHeaderFor(opt_, round, 0, std::nullopt), pushes);
     call.WritesDone();
     return ReadReply<proto::InitReply>(&call, what).accepted();
   });

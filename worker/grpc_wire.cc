@@ -13,7 +13,10 @@
 
 namespace gradpress::worker {
 
-bool WriteRawPush(transport::RawCall* call, const std::vector<KeyPush>& pushes) {
+bool WriteRawPush(transport::RawCall* call, const proto::PushHeader& header,
+                  const std::vector<KeyPush>& pushes) {
+  transport::MessageWriter out([call](grpc::ByteBuffer b) { return call->Write(b); });
+  out.Header(header);
   for (const KeyPush& p : pushes) {
     const compressors::Payload& payload = p.payload.payload;
     const char* data =
@@ -26,20 +29,23 @@ bool WriteRawPush(transport::RawCall* call, const std::vector<KeyPush>& pushes) 
     meta.set_codec(payload.codec);
     for (int64_t d : payload.shape) meta.add_shape(d);
     meta.set_dtype(static_cast<uint32_t>(payload.dtype));
-    if (!transport::ForEachFrame(meta, data, total, keep,
-                                 [&](grpc::ByteBuffer b) { return call->Write(b); })) {
-      return false;  // the server ended the call; Finish() says why
-    }
+    if (!out.Payload(meta, data, total, keep)) return false;  // the server ended the call
   }
-  return true;
+  return out.Flush();  // false: the server ended the call; Finish() says why
 }
 
-grpc::ByteBuffer HeaderMessage(const ClientOptions& opt, int64_t step, int64_t base_step,
-                               std::optional<double> lr, int bucket,
-                               const std::vector<proto::WorkerRow>& rows) {
-  proto::PushMessage msg;
-  FillHeader(opt, step, base_step, lr, &msg, bucket, rows);
-  return transport::FrameHeader(msg.header());
+proto::PushHeader PushHeaderFor(const ClientOptions& opt, int64_t step, int64_t base_step,
+                                std::optional<double> lr, int bucket,
+                                const std::vector<proto::WorkerRow>& rows) {
+  proto::PushHeader h;
+  for (const auto& r : rows) *h.add_rows() = r;
+  if (bucket >= 0) h.set_bucket(bucket);
+  h.set_worker_id(opt.worker_id);
+  h.set_incarnation(opt.incarnation);
+  h.set_step(step);
+  h.set_base_step(base_step);
+  if (lr) h.set_lr(*lr);
+  return h;
 }
 
 ResultReader::ResultReader(KeyCodecs& codecs, std::vector<torch::Tensor>* out, size_t begin,
@@ -60,16 +66,17 @@ bool ResultReader::Read(transport::RawCall* call) {
   transport::ParseMessage(&buffer, &m);
   GP_ENFORCE(m.has_header && header_.ParseFromString(m.header),
              "reply stream must start with a PullHeader");
-  while (call->Read(&buffer)) {
+  for (;;) {
+    for (transport::WireChunk& c : m.chunks) Chunk(c);
+    if (!call->Read(&buffer)) break;
     transport::ParseMessage(&buffer, &m);
-    GP_ENFORCE(m.has_chunk, "reply stream has a second header");
-    Chunk(&m);
+    GP_ENFORCE(!m.has_header, "reply stream has a second header");
   }
   return true;
 }
 
-void ResultReader::Chunk(transport::WireMessage* m) {
-  const proto::TensorChunk& c = m->chunk;
+void ResultReader::Chunk(const transport::WireChunk& w) {
+  const proto::TensorChunk& c = w.chunk;
   size_t i = begin_;
   while (i < end_ && model_[i].key != c.key()) ++i;
   GP_ENFORCE(i < end_, "server sent unknown key '", c.key(), "'");
@@ -81,18 +88,18 @@ void ResultReader::Chunk(transport::WireMessage* m) {
                    std::vector<int64_t>(c.shape().begin(), c.shape().end()) == model_[i].shape;
   if (c.offset() == 0 && can) direct_[i] = 0;
   if (direct_[i] == kNotDirect) {  // reassembled, decoded at the end
-    assembler_.Add(c, m->data);
+    assembler_.Add(c, w.data);
     return;
   }
-  GP_ENFORCE(can && c.offset() == direct_[i] && m->data_size <= size - direct_[i],
+  GP_ENFORCE(can && c.offset() == direct_[i] && w.data_size <= size - direct_[i],
              "server sent key '", c.key(), "' out of order (offset ", c.offset(), ")");
   char* dst = static_cast<char*>(o.data_ptr()) + direct_[i];
-  for (std::string_view v : m->data) {
+  for (std::string_view v : w.data) {
     std::memcpy(dst, v.data(), v.size());
     dst += v.size();
   }
-  direct_[i] += m->data_size;
-  bytes_ += m->data_size;
+  direct_[i] += w.data_size;
+  bytes_ += w.data_size;
 }
 
 double ResultReader::DecodeRest() {

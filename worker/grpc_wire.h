@@ -23,16 +23,18 @@
 
 namespace gradpress::worker {
 
-// Writes every key's chunks (a raw tensor's memory referred to by the gRPC slices: no copy
-// before the kernel's); stops early (false) once the server has ended the call.
-bool WriteRawPush(transport::RawCall* call, const std::vector<KeyPush>& pushes);
+// Writes the push stream: the header and every key's chunks, small payloads gathered into one
+// message (a raw tensor's memory referred to by the gRPC slices: no copy before the kernel's);
+// stops early (false) once the server has ended the call.
+bool WriteRawPush(transport::RawCall* call, const proto::PushHeader& header,
+                  const std::vector<KeyPush>& pushes);
 
-// The push stream's first message; rows: the dashboard's rows it carries.
-grpc::ByteBuffer HeaderMessage(const ClientOptions& opt, int64_t step, int64_t base_step,
-                               std::optional<double> lr, int bucket = -1,
-                               const std::vector<proto::WorkerRow>& rows = {});
+// The push stream's header; rows: the dashboard's rows it carries.
+proto::PushHeader PushHeaderFor(const ClientOptions& opt, int64_t step, int64_t base_step,
+                                std::optional<double> lr, int bucket = -1,
+                                const std::vector<proto::WorkerRow>& rows = {});
 
-// Reads a reply stream: a PullHeader, then chunks. Lossless payloads for CPU float32
+// Reads a reply stream: a PullHeader and chunks. Lossless payloads for CPU float32
 // contiguous tensors are copied from the received slices straight into `out`; the others
 // are reassembled and decoded once the stream has ended (DecodeRest).
 class ResultReader {
@@ -47,7 +49,7 @@ class ResultReader {
   uint64_t bytes() const { return bytes_; }  // payload bytes received
 
  private:
-  void Chunk(transport::WireMessage* m);
+  void Chunk(const transport::WireChunk& c);
   static constexpr uint64_t kNotDirect = ~uint64_t{0};
   KeyCodecs& codecs_;
   const std::vector<TensorSpec>& model_;

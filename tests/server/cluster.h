@@ -93,7 +93,7 @@ struct Cluster {
     stream->Write(m);
     for (const auto& kp : payloads) {  // one chunk per key: the generated types throughout
       proto::PushMessage cm;
-      proto::TensorChunk* c = cm.mutable_chunk();
+      proto::TensorChunk* c = cm.add_chunk();
       c->set_key(kp.key);
       c->set_codec(kp.payload.codec);
       for (int64_t d : kp.payload.shape) c->add_shape(d);

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <map>
 
 #include "server/parameter_store.h"
 #include "tests/server/cluster.h"
@@ -172,6 +173,14 @@ grpc::ByteBuffer Buffer(const std::string& bytes, size_t split) {
   return grpc::ByteBuffer(slices, 2);
 }
 
+std::string Flatten(const grpc::ByteBuffer& b) {
+  std::vector<grpc::Slice> slices;
+  REQUIRE(b.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return bytes;
+}
+
 TEST_CASE("wire: raw chunk frames are protobuf messages, and back", "[server]") {
   proto::TensorChunk meta;
   meta.set_key("conv1.weight");
@@ -181,16 +190,13 @@ TEST_CASE("wire: raw chunk frames are protobuf messages, and back", "[server]") 
   meta.set_total_bytes(60);
   meta.set_offset(20);
   const std::string data = "0123456789abcdefghijklmnopqrstuvwxyz0123";
-  grpc::ByteBuffer framed = transport::FrameChunk(meta, data.data(), data.size());
-  std::vector<grpc::Slice> slices;
-  REQUIRE(framed.Dump(&slices).ok());
-  std::string bytes;
-  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  const std::string bytes = Flatten(transport::FrameChunk(meta, data.data(), data.size()));
   proto::PushMessage parsed;
   REQUIRE(parsed.ParseFromString(bytes));  // what the generated types read
-  CHECK(parsed.chunk().key() == "conv1.weight");
-  CHECK(parsed.chunk().offset() == 20);
-  CHECK(parsed.chunk().data() == data);
+  REQUIRE(parsed.chunk_size() == 1);
+  CHECK(parsed.chunk(0).key() == "conv1.weight");
+  CHECK(parsed.chunk(0).offset() == 20);
+  CHECK(parsed.chunk(0).data() == data);
 
   // And a protobuf-serialized message, split anywhere, read as views.
   const std::string proto_bytes = parsed.SerializeAsString();
@@ -198,14 +204,15 @@ TEST_CASE("wire: raw chunk frames are protobuf messages, and back", "[server]") 
     grpc::ByteBuffer b = Buffer(proto_bytes, split);
     transport::WireMessage m;
     transport::ParseMessage(&b, &m);
-    REQUIRE(m.has_chunk);
-    CHECK(m.chunk.key() == "conv1.weight");
-    CHECK(m.chunk.shape_size() == 2);
-    CHECK(m.chunk.total_bytes() == 60);
+    REQUIRE(m.chunks.size() == 1);
+    const transport::WireChunk& c = m.chunks[0];
+    CHECK(c.chunk.key() == "conv1.weight");
+    CHECK(c.chunk.shape_size() == 2);
+    CHECK(c.chunk.total_bytes() == 60);
     std::string got;
-    for (auto v : m.data) got.append(v);
+    for (auto v : c.data) got.append(v);
     CHECK(got == data);
-    CHECK(m.data_size == data.size());
+    CHECK(c.data_size == data.size());
   }
 
   proto::PushHeader h;
@@ -228,6 +235,66 @@ TEST_CASE("wire: raw chunk frames are protobuf messages, and back", "[server]") 
   long_len[1] = '\x7f';
   grpc::ByteBuffer b = Buffer(long_len, 3);
   CHECK_THROWS_AS(transport::ParseMessage(&b, &m), InvalidArgument);
+  // Two headers in one message: protobuf would merge them, the stream refuses.
+  const std::string two = Flatten(transport::FrameHeader(h)) + Flatten(transport::FrameHeader(h));
+  grpc::ByteBuffer tb = Buffer(two, 2);
+  CHECK_THROWS_AS(transport::ParseMessage(&tb, &m), InvalidArgument);
+}
+
+TEST_CASE("wire: a writer gathers small payloads into one message and splits big ones",
+          "[server]") {
+  // Three small keys, then one of 2.5 chunks' bytes, then a small one and an empty one.
+  const std::vector<size_t> sizes = {10, 300, 7, transport::kChunkBytes * 5 / 2, 40, 0};
+  std::vector<std::string> payloads;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::string p(sizes[i], '\0');
+    for (size_t j = 0; j < p.size(); ++j) p[j] = static_cast<char>(i * 31 + j * 7);
+    payloads.push_back(std::move(p));
+  }
+  std::vector<std::string> messages;  // serialized, as the stream carries them
+  transport::MessageWriter w([&](grpc::ByteBuffer b) {
+    messages.push_back(Flatten(b));
+    return true;
+  });
+  proto::PushHeader h;
+  h.set_worker_id("worker-1");
+  w.Header(h);
+  auto keep = std::make_shared<int>(0);
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    proto::TensorChunk meta;
+    meta.set_key("k" + std::to_string(i));
+    meta.set_codec("none");
+    REQUIRE(w.Payload(meta, payloads[i].data(), payloads[i].size(), i % 2 ? keep : nullptr));
+  }
+  REQUIRE(w.Flush());
+  // header + keys 0-2 | the big key's first 2 MiB | its next 2 MiB | its last half + keys 4, 5.
+  REQUIRE(messages.size() == 4);
+  std::map<std::string, std::string> got;
+  size_t chunks = 0;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    proto::PushMessage typed;  // what a generated client reads
+    REQUIRE(typed.ParseFromString(messages[i]));
+    CHECK(typed.has_header() == (i == 0));
+    grpc::ByteBuffer b = Buffer(messages[i], messages[i].size() / 3);
+    transport::WireMessage m;
+    transport::ParseMessage(&b, &m);
+    CHECK(m.has_header == (i == 0));
+    REQUIRE(m.chunks.size() == static_cast<size_t>(typed.chunk_size()));
+    size_t data = 0;
+    for (size_t c = 0; c < m.chunks.size(); ++c) {
+      const transport::WireChunk& wc = m.chunks[c];
+      const std::string key = wc.chunk.key();
+      CHECK(typed.chunk(static_cast<int>(c)).key() == key);
+      CHECK(wc.chunk.offset() == got[key].size());
+      CHECK(wc.chunk.total_bytes() == payloads[std::stoul(key.substr(1))].size());
+      for (auto v : wc.data) got[key].append(v);
+      data += wc.data_size;
+      ++chunks;
+    }
+    CHECK(data <= transport::kChunkBytes);
+  }
+  CHECK(chunks == 8);  // keys 0-2, three pieces of key 3, keys 4 and 5 (one empty chunk)
+  for (size_t i = 0; i < payloads.size(); ++i) CHECK(got["k" + std::to_string(i)] == payloads[i]);
 }
 
 }  // namespace

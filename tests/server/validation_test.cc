@@ -211,7 +211,7 @@ TypedReply ReadTyped(Reader* reader) {
   proto::PullMessage m;
   while (reader->Read(&m)) {
     if (m.has_header()) r.header = m.header();
-    if (m.has_chunk()) r.data[m.chunk().key()] += m.chunk().data();
+    for (const proto::TensorChunk& c : m.chunk()) r.data[c.key()] += c.data();
   }
   return r;
 }
@@ -228,18 +228,19 @@ proto::PushMessage Header(int64_t step) {
   return m;
 }
 
+// Every key's chunk in one message, as a generated client may send them.
 template <typename Writer>
 void WriteTyped(Writer* w, const std::vector<compressors::KeyPayload>& payloads) {
+  proto::PushMessage m;
   for (const auto& kp : payloads) {
-    proto::PushMessage m;
-    proto::TensorChunk* c = m.mutable_chunk();
+    proto::TensorChunk* c = m.add_chunk();
     c->set_key(kp.key);
     c->set_codec(kp.payload.codec);
     for (int64_t d : kp.payload.shape) c->add_shape(d);
     c->set_total_bytes(kp.payload.bytes.size());
     c->set_data(kp.payload.bytes);
-    w->Write(m);
   }
+  w->Write(m);
 }
 
 std::unique_ptr<grpc::ClientContext> Ctx() {
