@@ -67,6 +67,8 @@ class ByteReader {
     return v;
   }
   uint64_t GetVarint(const char* field) {
+    if (pos_ < data_.size() && !(data_[pos_] & 0x80))  // one byte: a value below 128
+      return static_cast<uint8_t>(data_[pos_++]);
     uint64_t v = 0;
     for (int shift = 0; shift < 70; shift += 7) {
       Need(1, field);

@@ -6,7 +6,7 @@
 namespace gradpress::server {
 namespace {
 
-constexpr size_t kAhead = 16;
+constexpr size_t kAhead = 64;
 
 bool NegativeZero(float x) { return x == 0.f && std::signbit(x); }
 

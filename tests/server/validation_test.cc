@@ -136,7 +136,7 @@ TEST_CASE("push from an older incarnation: rejected", "[validation]") {
   CHECK_THROWS_WITH(w.client.PushPull(0, {torch::ones({64, 32}), torch::ones({10})}, &out),
                     Catch::Contains("incarnation 1 is older than the registered 2"));
   std::vector<torch::Tensor> g = {torch::full({64, 32}, 2.f), torch::full({10}, -1.f)};
-  auto st = restarted.PushPull(0, g, &out);
+  restarted.PushPull(0, g, &out);
   CHECK(torch::equal(out[0], g[0]));
 }
 
