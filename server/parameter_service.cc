@@ -172,12 +172,9 @@ WholePush ReadWholePush(PushFrameReader* frames, const std::vector<TensorSpec>& 
   GP_REFUSE(NotFound, Reason::kNotRegistered, !model.empty(), "worker '", push.header.worker_id(),
             "' is not registered (no model yet)");
   transport::PayloadAssembler assembler(model);
-  for (;;) {
-    for (const transport::WireChunk& c : m.chunks) assembler.Add(c.chunk, c.data);
-    if (!frames->Read(&buffer)) break;
-    transport::ParseMessage(&buffer, &m);
-    GP_ENFORCE(!m.has_header, "push stream has a second header");
-  }
+  transport::ForEachChunk(
+      &m, [frames](grpc::ByteBuffer* b) { return frames->Read(b); },
+      [&](const transport::WireChunk& c) { assembler.Add(c.chunk, c.data); }, "push");
   push.payloads = assembler.Finish();
   return push;
 }
@@ -196,25 +193,23 @@ PushPullResult ReadPushStream(ParameterStore* store, PushFrameReader* frames,
       h.has_lr() ? std::optional<double>(h.lr()) : std::nullopt, h.has_bucket() ? h.bucket() : -1);
   if (dashboard && h.rows_size() > 0) dashboard->Add(h.rows());
   ParameterStore::Piece piece;
-  for (;;) {
-    for (const transport::WireChunk& w : m.chunks) {
-      const proto::TensorChunk& c = w.chunk;
-      piece.key = c.key();
-      piece.codec = c.codec();
-      piece.shape.assign(c.shape().begin(), c.shape().end());
-      piece.dtype = c.dtype();
-      piece.total_bytes = c.total_bytes();
-      piece.offset = c.offset();
-      if (w.data.empty()) session->Add(piece, {});
-      for (std::string_view data : w.data) {
-        session->Add(piece, data);
-        piece.offset += data.size();
-      }
-    }
-    if (!frames->Read(&buffer)) break;
-    transport::ParseMessage(&buffer, &m);
-    GP_ENFORCE(!m.has_header, "push stream has a second header");
-  }
+  transport::ForEachChunk(
+      &m, [frames](grpc::ByteBuffer* b) { return frames->Read(b); },
+      [&](const transport::WireChunk& w) {
+        const proto::TensorChunk& c = w.chunk;
+        piece.key = c.key();
+        piece.codec = c.codec();
+        piece.shape.assign(c.shape().begin(), c.shape().end());
+        piece.dtype = c.dtype();
+        piece.total_bytes = c.total_bytes();
+        piece.offset = c.offset();
+        if (w.data.empty()) session->Add(piece, {});
+        for (std::string_view data : w.data) {
+          session->Add(piece, data);
+          piece.offset += data.size();
+        }
+      },
+      "push");
   return session->Commit(wait);
 }
 

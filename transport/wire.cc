@@ -199,6 +199,18 @@ void ParseMessage(grpc::ByteBuffer* buffer, WireMessage* out) {
   }
 }
 
+void ForEachChunk(WireMessage* first, const std::function<bool(grpc::ByteBuffer*)>& read,
+                  const std::function<void(const WireChunk&)>& chunk, const char* what) {
+  WireMessage& m = *first;
+  grpc::ByteBuffer buffer;
+  for (;;) {
+    for (const WireChunk& c : m.chunks) chunk(c);
+    if (!read(&buffer)) return;
+    ParseMessage(&buffer, &m);
+    GP_ENFORCE(!m.has_header, what, " stream has a second header");
+  }
+}
+
 void MessageWriter::Header(const google::protobuf::MessageLite& header) {
   slices_.emplace_back(HeaderField(header));
 }
@@ -217,7 +229,7 @@ bool MessageWriter::Payload(proto::TensorChunk meta, const char* data, size_t to
     offset += n;
     if (data_bytes_ >= kChunkBytes && !Flush()) return false;
   } while (offset < total);
-  return !failed_;
+  return true;
 }
 
 bool MessageWriter::Flush() {

@@ -50,6 +50,12 @@ struct WireMessage {
 // Parses a serialized PushMessage or PullMessage. `buffer` is consumed.
 void ParseMessage(grpc::ByteBuffer* buffer, WireMessage* out);
 
+// Every chunk of a stream, in order: those of `first` (parsed; the caller took its header),
+// then those of each message `read` yields until it returns false. A later message with a
+// header throws InvalidArgument ("<what> stream has a second header").
+void ForEachChunk(WireMessage* first, const std::function<bool(grpc::ByteBuffer*)>& read,
+                  const std::function<void(const WireChunk&)>& chunk, const char* what);
+
 // A stream's messages: the header, then payloads cut into chunks of at most kChunkBytes
 // (transport/chunks.h; one empty chunk for an empty payload), gathered into messages of at
 // most kChunkBytes of data. Emit returns false once the stream is gone.

@@ -66,12 +66,9 @@ bool ResultReader::Read(transport::RawCall* call) {
   transport::ParseMessage(&buffer, &m);
   GP_ENFORCE(m.has_header && header_.ParseFromString(m.header),
              "reply stream must start with a PullHeader");
-  for (;;) {
-    for (transport::WireChunk& c : m.chunks) Chunk(c);
-    if (!call->Read(&buffer)) break;
-    transport::ParseMessage(&buffer, &m);
-    GP_ENFORCE(!m.has_header, "reply stream has a second header");
-  }
+  transport::ForEachChunk(
+      &m, [call](grpc::ByteBuffer* b) { return call->Read(b); },
+      [this](const transport::WireChunk& c) { Chunk(c); }, "reply");
   return true;
 }
 

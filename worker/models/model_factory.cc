@@ -32,11 +32,11 @@ std::shared_ptr<Net> MakeModel(const std::string& name, int64_t in_channels, int
 std::shared_ptr<Net> MakeJobModel(const std::string& name, const std::string& path,
                                   int64_t in_channels, int64_t image_size, int64_t classes,
                                   uint64_t seed) {
-  if (name == "torchscript") return LoadTorchScript(path, in_channels, image_size, classes);
   static std::mutex seed_mu;  // the global generator: seeded and drawn by one thread at a time
   std::lock_guard<std::mutex> lock(seed_mu);
-  torch::manual_seed(seed);
-  return MakeModel(name, in_channels, image_size, classes);
+  torch::manual_seed(seed);  // a loaded model's later draws (dropout) start from it too
+  return name == "torchscript" ? LoadTorchScript(path, in_channels, image_size, classes)
+                               : MakeModel(name, in_channels, image_size, classes);
 }
 
 }  // namespace gradpress::worker::models

@@ -14,7 +14,7 @@
 // (counts for 10 classes, 3x32x32 unless noted). An unknown name throws InvalidArgument listing
 // the known ones; an unsupported in_channels / image_size / classes throws InvalidArgument.
 // MakeJobModel is the job's `model:`: "torchscript" loads `path` (torchscript.h), any other
-// name is MakeModel's, initialised from LibTorch's global generator seeded with `seed` under a
+// name is MakeModel's. It seeds LibTorch's global generator with `seed` and builds under a
 // process-wide lock: two workers (or a worker and its compress.auto calibration) building
 // models on two threads of one process cannot interleave their draws.
 // Thread-safety: MakeModel is a pure function of the global generator; MakeJobModel is safe.
