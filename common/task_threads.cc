@@ -7,15 +7,19 @@
 #include <mutex>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#include "common/thread_name.h"
 
 namespace gradpress {
 
 struct TaskThreads::State {
-  State(int max_busy, std::chrono::milliseconds idle_exit)
-      : max_busy(max_busy), idle_exit(idle_exit) {}
+  State(int max_busy, std::chrono::milliseconds idle_exit, std::string name)
+      : max_busy(max_busy), idle_exit(idle_exit), name(std::move(name)) {}
   const int max_busy;
   const std::chrono::milliseconds idle_exit;
+  const std::string name;
   mutable std::mutex mu;
   std::condition_variable work, ended;
   std::deque<std::function<void()>> tasks;
@@ -42,6 +46,7 @@ struct TaskThreads::State {
 
   static void Loop(const std::shared_ptr<State>& self) {
     State& s = *self;
+    NameThisThread(s.name);
     std::unique_lock<std::mutex> lock(s.mu);
     for (;;) {
       s.work.wait_for(lock, s.idle_exit, [&] { return s.stop || !s.tasks.empty(); });
@@ -66,8 +71,8 @@ struct TaskThreads::State {
   }
 };
 
-TaskThreads::TaskThreads(int max_busy, std::chrono::milliseconds idle_exit)
-    : st_(std::make_shared<State>(max_busy, idle_exit)) {}
+TaskThreads::TaskThreads(int max_busy, std::chrono::milliseconds idle_exit, std::string name)
+    : st_(std::make_shared<State>(max_busy, idle_exit, std::move(name))) {}
 
 TaskThreads::~TaskThreads() { Join(); }
 

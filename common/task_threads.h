@@ -18,14 +18,17 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 namespace gradpress {
 
 class TaskThreads {
  public:
   using Clock = std::chrono::steady_clock;
+  // `name`: the threads' name (common/thread_name.h).
   explicit TaskThreads(int max_busy = 1 << 30,
-                       std::chrono::milliseconds idle_exit = std::chrono::seconds(30));
+                       std::chrono::milliseconds idle_exit = std::chrono::seconds(30),
+                       std::string name = "gp-task");
   ~TaskThreads();
   TaskThreads(const TaskThreads&) = delete;
   TaskThreads& operator=(const TaskThreads&) = delete;

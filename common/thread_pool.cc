@@ -5,10 +5,17 @@
 #include <exception>
 #include <memory>
 
+#include "common/thread_name.h"
+
 namespace gradpress {
 
-ThreadPool::ThreadPool(int threads) {
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+ThreadPool::ThreadPool(int threads, const std::string& name) {
+  for (int i = 1; i < threads; ++i) {
+    workers_.emplace_back([this, name] {
+      NameThisThread(name);
+      WorkerLoop();
+    });
+  }
 }
 
 ThreadPool::~ThreadPool() {

@@ -14,6 +14,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -21,7 +22,8 @@ namespace gradpress {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int threads);
+  // `name`: the helper threads' name (common/thread_name.h).
+  explicit ThreadPool(int threads, const std::string& name = "gp-pool");
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

@@ -130,7 +130,7 @@ class ParameterService final : public RawParameterServer {
   std::unique_ptr<transport::FaultInjector> faults_;  // null: no server-side faults
   std::atomic<uint64_t> refused_{0};
   // The tensor methods' handlers run here (transport/raw_server.h); last, so it ends first.
-  TaskThreads handlers_{transport::kMaxRawCalls};
+  TaskThreads handlers_{transport::kMaxRawCalls, std::chrono::seconds(30), "gp-handler"};
 };
 
 }  // namespace gradpress::server

@@ -57,7 +57,7 @@ ShardedPsClient::ShardedPsClient(ClientOptions options, std::vector<std::string>
       servers_(std::move(servers)),
       partition_mb_(partition_mb),
       make_shard_(std::move(make_shard)),
-      threads_(std::make_unique<TaskThreads>()) {
+      threads_(std::make_unique<TaskThreads>(1 << 30, std::chrono::seconds(30), "gp-shard-call")) {
   GP_ENFORCE(!servers_.empty(), "cluster.servers is empty");
   GP_ENFORCE(make_shard_, "ShardedPsClient needs a shard factory");
   KeyCodecs check(opt_);  // a bad push codec fails here, not at Register

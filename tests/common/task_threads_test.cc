@@ -3,11 +3,14 @@
 // for the threads, or detaches them at its deadline without harm.
 #include "common/task_threads.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <condition_variable>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 namespace gradpress {
@@ -28,6 +31,18 @@ TEST_CASE("TaskThreads reuses its threads: their number does not grow with the c
   // call starts, so a few more, never one per call.
   CHECK(threads.started() >= 2);
   CHECK(threads.started() <= 8);
+}
+
+TEST_CASE("TaskThreads names its threads") {
+  TaskThreads threads(8, std::chrono::seconds(30), "gp-test-task");
+  std::string name;
+  threads.ForEach(2, [&](size_t i) {  // 0 on the caller, 1 on a thread
+    if (i != 1) return;
+    char buf[16] = {};
+    pthread_getname_np(pthread_self(), buf, sizeof(buf));
+    name = buf;
+  });
+  CHECK(name == "gp-test-task");
 }
 
 TEST_CASE("TaskThreads starts every task at once, so tasks may wait for each other") {

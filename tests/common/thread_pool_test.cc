@@ -2,9 +2,13 @@
 // error after all ran, and waits for the items, never for a helper thread that took none.
 #include "common/thread_pool.h"
 
+#include <pthread.h>
+
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -68,6 +72,24 @@ TEST_CASE("ThreadPool::ParallelFor does not wait for a busy helper that took no 
   second.join();
   CHECK(returned_while_busy);
   CHECK(ran.load() == 8);
+}
+
+TEST_CASE("ThreadPool names its helper threads") {
+  ThreadPool pool(2, "gp-test-pool");  // the caller and one helper
+  // Two items that wait for each other: one of them runs on the helper.
+  std::atomic<int> entered{0};
+  std::mutex mu;
+  std::vector<std::string> names;
+  pool.ParallelFor(2, [&](int64_t) {
+    ++entered;
+    WaitFor([&] { return entered.load() == 2; });
+    char name[16] = {};
+    pthread_getname_np(pthread_self(), name, sizeof(name));
+    std::lock_guard<std::mutex> lock(mu);
+    names.emplace_back(name);
+  });
+  REQUIRE(entered.load() == 2);
+  CHECK(std::count(names.begin(), names.end(), "gp-test-pool") == 1);
 }
 
 }  // namespace
