@@ -120,6 +120,39 @@ TEST_CASE("sparse pushes add from their indices: no staging buffer, the dense su
   CHECK(s.store.Stats().staging_buffers == 0);
 }
 
+TEST_CASE("a compressed pull encodes each step's mean as from the dense sums, step after step",
+          "[server][sparse]") {
+  // The pull codec (error feedback over top-k) carries its residual from step to step, and
+  // each step's first push lands on the accumulator that held the last mean: the results must
+  // be those of a twin codec encoding the dense path's mean, step after step.
+  const int workers = 3;
+  server::StoreOptions o = InProcessStore::Options(workers);
+  o.pull = ParseCodecShorthand("topk ratio=0.05 error_feedback=true");
+  ParameterStore store(o);
+  std::vector<KeyPayload> zeros;
+  for (int w = 0; w < workers; ++w) store.Register({Name(w), 1}, kModel, "job");
+  for (const TensorSpec& t : kModel) zeros.push_back(NonePayload(t.key, torch::zeros(t.shape)));
+  store.InitWeights({Name(0), 1}, zeros);
+  std::vector<std::unique_ptr<compressors::Compressor>> twin;
+  for (size_t i = 0; i < kModel.size(); ++i) twin.push_back(compressors::MakeCompressor(o.pull));
+  for (int step = 0; step < 4; ++step) {
+    std::vector<std::vector<KeyPayload>> pushes;
+    for (int w = 0; w < workers; ++w) {
+      pushes.push_back(Push(w, step));
+      store.PushPull({Name(w), 1}, step, step, pushes.back(), Soon(), /*wait=*/false);
+    }
+    auto r = store.Pull({Name(0), 1}, step, Soon());
+    REQUIRE(r->payloads.size() == kModel.size());
+    const auto mean = Reference(pushes);
+    for (size_t i = 0; i < kModel.size(); ++i) {
+      INFO("step " << step << " key " << i);
+      std::string want;
+      twin[i]->EncodeTo(mean[i].data(), kNumel[i], {kModel[i].key, step}, &want);
+      CHECK(r->payloads[i].payload.bytes == want);
+    }
+  }
+}
+
 TEST_CASE("dense and sparse pushes mixed in a step add up as the dense path does",
           "[server][sparse]") {
   Store s(4);
