@@ -123,9 +123,12 @@ inline compressors::KeyPayload NonePayload(const std::string& key, const torch::
 // A ParameterStore in this process: `workers` workers ("worker-0", ...) registered on `model`,
 // zero initial weights from worker-0, two pool threads, no periodic stats.
 struct InProcessStore {
-  InProcessStore(int workers, const std::vector<TensorSpec>& model) : store(Options(workers)) {
+  InProcessStore(int workers, const std::vector<TensorSpec>& model)
+      : InProcessStore(model, Options(workers)) {}
+  // With other options (a pull codec, ...): o.workers workers.
+  InProcessStore(const std::vector<TensorSpec>& model, const server::StoreOptions& o) : store(o) {
     std::vector<compressors::KeyPayload> zeros;
-    for (int w = 0; w < workers; ++w) store.Register({WorkerName(w), 1}, model, "job");
+    for (int w = 0; w < o.workers; ++w) store.Register({WorkerName(w), 1}, model, "job");
     for (const TensorSpec& s : model) zeros.push_back(NonePayload(s.key, torch::zeros(s.shape)));
     store.InitWeights({WorkerName(0), 1}, zeros);
   }

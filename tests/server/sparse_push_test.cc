@@ -128,11 +128,8 @@ TEST_CASE("a compressed pull encodes each step's mean as from the dense sums, st
   const int workers = 3;
   server::StoreOptions o = InProcessStore::Options(workers);
   o.pull = ParseCodecShorthand("topk ratio=0.05 error_feedback=true");
-  ParameterStore store(o);
-  std::vector<KeyPayload> zeros;
-  for (int w = 0; w < workers; ++w) store.Register({Name(w), 1}, kModel, "job");
-  for (const TensorSpec& t : kModel) zeros.push_back(NonePayload(t.key, torch::zeros(t.shape)));
-  store.InitWeights({Name(0), 1}, zeros);
+  InProcessStore s(kModel, o);
+  ParameterStore& store = s.store;
   std::vector<std::unique_ptr<compressors::Compressor>> twin;
   for (size_t i = 0; i < kModel.size(); ++i) twin.push_back(compressors::MakeCompressor(o.pull));
   for (int step = 0; step < 4; ++step) {
