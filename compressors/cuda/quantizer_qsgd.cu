@@ -22,6 +22,7 @@
 #include "common/byte_io.h"
 #include "common/error.h"
 #include "compressors/cuda/decode_error.h"
+#include "compressors/cuda/device_stream.h"
 #include "compressors/cuda/quantizer_kernels.cuh"
 #include "compressors/cuda/quantizer_stochastic_logic.h"
 #include "compressors/cuda/rng_logic.h"
@@ -231,7 +232,8 @@ class QsgdQuantizer : public DeviceQuantizer {
   }
 
   // The CPU codec decodes Elias-gamma levels (sequential by nature) into pinned memory; the
-  // floats go up on the stream, which is synchronised before the staging buffer is reused.
+  // floats go up on the stream without a wait: the next call waits for that upload before it
+  // writes the staging buffer again (by then usually long done).
   void DecodeEliasOnHost(std::string_view host_bytes, int64_t n, float* out, Stream stream) {
     if (cpu_ == nullptr) {
       CodecSpec spec;
@@ -239,13 +241,15 @@ class QsgdQuantizer : public DeviceQuantizer {
       ParamReader defaults(spec);
       cpu_ = std::make_unique<QsgdCompressor>(defaults);  // DecodeTo reads the header only
     }
+    if (!staged_) staged_ = std::make_unique<StreamMark>();
+    staged_->Wait();
     staging_.Resize(static_cast<size_t>(n) * sizeof(float));
     cpu_->DecodeTo(host_bytes, n, reinterpret_cast<float*>(staging_.data()));
     if (n == 0) return;
     CheckCuda(cudaMemcpyAsync(out, staging_.data(), staging_.size(), cudaMemcpyHostToDevice,
                               AsCuda(stream)),
               "qsgd: cudaMemcpyAsync (Elias decode)");
-    CheckCuda(cudaStreamSynchronize(AsCuda(stream)), "qsgd: cudaStreamSynchronize");
+    staged_->Record(stream);
   }
 
   uint32_t levels_;
@@ -254,6 +258,7 @@ class QsgdQuantizer : public DeviceQuantizer {
   Rng rng_;
   std::unique_ptr<QsgdCompressor> cpu_;  // Elias decode on the host
   PinnedBytes staging_;
+  std::unique_ptr<StreamMark> staged_;  // the staging buffer's last upload
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "compressors/cuda/decode_error.h"
 #include "compressors/cuda/sparse_codec.h"
+#include "compressors/cuda/sparsifier_index_logic.h"
 
 namespace gradpress::compressors::cuda {
 namespace {
@@ -41,12 +42,14 @@ void DeviceSparsifier::Encode(const float* in, int64_t n, const StepContext& ctx
   if (coding_ == IndexCoding::kSeeded) w.Put<uint64_t>(kept.seed);
 
   const uint8_t* index_bytes = nullptr;
-  int64_t index_size = 0;
+  int64_t index_size = 0;  // delta: the varints' bound (5k) until the stream has run
+  const bool delta = coding_ == IndexCoding::kDelta && kept.k > 0;
   if (coding_ == IndexCoding::kInt32) {
     index_bytes = reinterpret_cast<const uint8_t*>(kept.indices);
     index_size = 4 * kept.k;
-  } else if (coding_ == IndexCoding::kDelta) {
-    index_bytes = delta_.Encode(kept.indices, kept.k, &index_size, stream);
+  } else if (delta) {
+    index_bytes = delta_.Encode(kept.indices, kept.k, stream);
+    index_size = 5 * kept.k;
   }
   const uint8_t* value_bytes = reinterpret_cast<const uint8_t*>(kept.values);
   auto value_size = static_cast<int64_t>(4 * kept.k);
@@ -70,6 +73,12 @@ void DeviceSparsifier::Encode(const float* in, int64_t n, const StepContext& ctx
                               cudaMemcpyDeviceToHost, stream),
               "sparsifier: copy values");
   err_.Check(stream, name);  // synchronises the stream, which queued the copies before it
+  if (delta) {               // the values move down to the varints' end
+    const int64_t varints = delta_.Total();
+    std::memmove(dst + varints, dst + index_size, static_cast<size_t>(value_size));
+    index_size = varints;
+    out->Resize(head.size() + static_cast<size_t>(index_size + value_size));
+  }
   if (then_) last_quantized_.assign(dst + index_size, static_cast<size_t>(value_size));
   last_ = kept;
   last_n_ = n;
@@ -105,8 +114,18 @@ void DeviceSparsifier::Decode(std::string_view bytes, int64_t n, float* out, Str
     index_len = r.remaining() - static_cast<size_t>(4 * k);
     r.GetBytes(index_len, "index varints");
   }
-  const bool delta_ahead = coding == static_cast<uint8_t>(IndexCoding::kDelta) && then_ && k > 0;
-  size_t values_at = r.position();
+  if (coding == static_cast<uint8_t>(IndexCoding::kDelta) && then_ && k > 0) {
+    // The quantizer's payload starts after the k-th varint: found among the next 10k bytes of
+    // the host copy (a longer varint is malformed anyway), with no device round trip.
+    const auto window = static_cast<int64_t>(
+        std::min<uint64_t>(r.remaining(), static_cast<uint64_t>(kMaxVarintBytes * k)));
+    const int64_t len =
+        VarintsLength(reinterpret_cast<const uint8_t*>(bytes.data()) + index_at, window, k);
+    GP_ENFORCE(len > 0, name, ": ", DecodeErrorText(kIndexCount));
+    index_len = static_cast<size_t>(len);
+    r.GetBytes(index_len, "index varints");
+  }
+  const size_t values_at = r.position();
   if (!then_) {
     r.GetBytes(static_cast<size_t>(4 * k), "values");
     r.ExpectEnd();
@@ -119,18 +138,6 @@ void DeviceSparsifier::Decode(std::string_view bytes, int64_t n, float* out, Str
   if (n > 0)
     CheckCuda(cudaMemsetAsync(out, 0, static_cast<size_t>(n) * sizeof(float), stream),
               "sparsifier: zero-fill");
-  if (delta_ahead) {
-    // The quantizer's payload starts after the k-th varint: find it among the next 10k bytes
-    // (a longer varint is malformed anyway).
-    const auto window = static_cast<int64_t>(
-        std::min<uint64_t>(r.remaining(), static_cast<uint64_t>(kMaxVarintBytes * k)));
-    const int64_t len = window > 0 ? decoder_.DeltaLength(dev + index_at, window, k, stream) : -1;
-    GP_ENFORCE(len > 0, name, ": ", DecodeErrorText(kIndexCount));
-    index_len = static_cast<size_t>(len);
-    r.GetBytes(index_len, "index varints");
-    values_at = r.position();
-  }
-
   const int64_t* pos = nullptr;
   if (k == 0)
     pos = nullptr;  // nothing to scatter

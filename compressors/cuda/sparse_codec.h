@@ -5,8 +5,10 @@
 // Pipeline writes it), decoding, SubtractDecoded, and checkpoint state in the CPU layout (a
 // sparsifier's own state alone, or Pipeline's varint-prefixed pair when a quantizer follows).
 //
-// Encode synchronises a few times: to read the survivor count (the host decides retries and
-// sizes), the delta coding's byte count, and once at the end, when the payload is in *out.
+// Encode synchronises twice: to read the survivor count (the host decides retries and sizes)
+// and once at the end, when the payload is in *out (the delta varints' size comes with it).
+// Decode synchronises once, at the end: where a quantizer's payload follows delta varints,
+// the host finds it in its own copy of the payload.
 // Thread-safety: one thread per instance.
 #include <memory>
 #include <string>

@@ -122,14 +122,6 @@ struct VarintEndFlag {
   }
 };
 
-// ends[b] = varint ends before byte b. Sets *length to b + 1 for the k-th end.
-__global__ void FindLengthKernel(const uint8_t* p, int64_t len, int64_t k, const int32_t* ends,
-                                 long long* length) {
-  GP_GRID_STRIDE(b, len) {
-    if (IsVarintEnd(p[b]) && ends[b] == k - 1) *length = b + 1;
-  }
-}
-
 // steps[j] for the varint j < k that starts at byte b (b = 0 or the byte after an end): the
 // amount its gap adds to the previous index. The region must end exactly at the k-th end.
 __global__ void DeltaStepsKernel(const uint8_t* p, int64_t len, int64_t k, int64_t n,
@@ -178,8 +170,8 @@ void ReadBack::Get(const void* dev, size_t bytes, void* host, Stream stream) {
   std::memcpy(host, pinned_.data(), bytes);
 }
 
-const uint8_t* DeltaEncoder::Encode(const int32_t* idx, int64_t k, int64_t* bytes, Stream stream) {
-  *bytes = 0;
+const uint8_t* DeltaEncoder::Encode(const int32_t* idx, int64_t k, Stream stream) {
+  k_ = k;
   if (k == 0) return nullptr;
   auto* total = total_.as<long long>(1);
   uint8_t* out = out_.as<uint8_t>(5 * static_cast<size_t>(k));  // a gap < 2^31 takes <= 5
@@ -193,12 +185,20 @@ const uint8_t* DeltaEncoder::Encode(const int32_t* idx, int64_t k, int64_t* byte
             "sparsifier: varint offsets size");
   CheckCuda(cub::DeviceScan::ExclusiveSum(Temp(&temp_, temp), temp, lens, put, k + 1, stream),
             "sparsifier: write varints");
-  long long host_total = 0;
-  read_.Get(total, sizeof(host_total), &host_total, stream);
-  *bytes = host_total;
-  GP_ENFORCE_AS(Internal, *bytes >= k && *bytes <= 5 * k, "sparsifier: ", *bytes,
-                " varint bytes for ", k, " indices");
+  host_total_.Resize(sizeof(long long));
+  CheckCuda(
+      cudaMemcpyAsync(host_total_.data(), total, sizeof(long long), cudaMemcpyDeviceToHost, stream),
+      "sparsifier: copy varint total");
   return out;
+}
+
+int64_t DeltaEncoder::Total() const {
+  if (k_ == 0) return 0;
+  long long total = 0;
+  std::memcpy(&total, host_total_.data(), sizeof(total));
+  GP_ENFORCE_AS(Internal, total >= k_ && total <= 5 * k_, "sparsifier: ", total,
+                " varint bytes for ", k_, " indices");
+  return total;
 }
 
 const int64_t* IndexDecoder::Int32(const uint8_t* dev, int64_t k, int64_t n, int* err,
@@ -230,20 +230,6 @@ void IndexDecoder::CountEnds(const uint8_t* dev, int64_t len, Stream stream) {
             "sparsifier: varint ends size");
   CheckCuda(cub::DeviceScan::ExclusiveSum(Temp(&temp_, temp), temp, flags, ends, len + 1, stream),
             "sparsifier: varint ends");
-}
-
-int64_t IndexDecoder::DeltaLength(const uint8_t* dev, int64_t len, int64_t k, Stream stream) {
-  GP_ENFORCE_AS(Internal, k > 0 && len > 0, "sparsifier: DeltaLength of k=", k, ", ", len,
-                " bytes");
-  CountEnds(dev, len, stream);
-  auto* length = word_.as<long long>(1);
-  CheckCuda(cudaMemsetAsync(length, 0xFF, sizeof(long long), stream), "sparsifier: clear");
-  FindLengthKernel<<<GridFor(len, kThreads), kThreads, 0, stream>>>(
-      dev, len, k, reinterpret_cast<const int32_t*>(ends_.data()), length);
-  CheckCuda(cudaGetLastError(), "sparsifier: find varint end");
-  long long host = -1;
-  read_.Get(length, sizeof(host), &host, stream);
-  return host;
 }
 
 const int64_t* IndexDecoder::Delta(const uint8_t* dev, int64_t len, int64_t k, int64_t n, int* err,

@@ -90,16 +90,20 @@ class DeviceSelector {
   ReadBack read_;
 };
 
-// Delta index coding on the device (Sparsifier::WriteIndices with index_coding delta).
+// Delta index coding on the device (Sparsifier::WriteIndices with index_coding delta), without
+// a synchronisation of its own: Encode queues the varints of idx[0..k) (strictly increasing)
+// into the buffer it returns (at most 5k bytes) and a copy of their total size into pinned
+// memory; Total() reads that size once the stream has run Encode's work. Valid until the next
+// call.
 class DeltaEncoder {
  public:
-  // The varints of idx[0..k) (strictly increasing); synchronises once to read their total
-  // size, returned in *bytes. The result stays valid until the next call.
-  const uint8_t* Encode(const int32_t* idx, int64_t k, int64_t* bytes, Stream stream);
+  const uint8_t* Encode(const int32_t* idx, int64_t k, Stream stream);
+  int64_t Total() const;
 
  private:
   DeviceBytes total_, out_, temp_;
-  ReadBack read_;
+  PinnedBytes host_total_;
+  int64_t k_ = 0;
 };
 
 // Decoders of the index codings into k int64 positions on the device (results valid until
@@ -113,14 +117,10 @@ class IndexDecoder {
   // Exactly k delta varints fill dev[0..len) (len > 0 when k > 0).
   const int64_t* Delta(const uint8_t* dev, int64_t len, int64_t k, int64_t n, int* err,
                        Stream stream);
-  // The length of the first k varints in dev[0..len), or -1 when len bytes hold fewer than k
-  // varint ends; synchronises. k > 0, len > 0.
-  int64_t DeltaLength(const uint8_t* dev, int64_t len, int64_t k, Stream stream);
 
  private:
   void CountEnds(const uint8_t* dev, int64_t len, Stream stream);  // fills ends_[0..len]
-  DeviceBytes pos_, steps_, ends_, temp_, word_;
-  ReadBack read_;
+  DeviceBytes pos_, steps_, ends_, temp_;
 };
 
 // out[pos[j]] = value j for j < k, where value j is values[j] (device floats) or, when values

@@ -8,6 +8,7 @@
 //
 // Thread-safety: pure functions.
 #include <cstdint>
+#include <cstring>
 
 #include "compressors/cuda/decode_error.h"
 #include "compressors/cuda/device_logic.h"
@@ -58,6 +59,23 @@ GP_HD int64_t DeltaStep(const uint8_t* p, int64_t avail, int64_t j, int64_t n, i
     return -1;
   }
   return static_cast<int64_t>(gap) + (j > 0 ? 1 : 0);
+}
+
+// The byte length of the first k (> 0) varints at p[0..len): up to the k-th byte below 0x80,
+// or -1 when the len bytes hold fewer than k. Host only (DeviceSparsifier::Decode finds where
+// a quantizer's payload starts in the host copy of a payload): eight bytes a step.
+inline int64_t VarintsLength(const uint8_t* p, int64_t len, int64_t k) {
+  int64_t ends = 0, b = 0;
+  for (; b + 8 <= len; b += 8) {
+    uint64_t w = 0;
+    std::memcpy(&w, p + b, sizeof(w));
+    const int64_t c = __builtin_popcountll(~w & 0x8080808080808080ULL);
+    if (ends + c >= k) break;
+    ends += c;
+  }
+  for (; b < len; ++b)
+    if (IsVarintEnd(p[b]) && ++ends == k) return b + 1;
+  return -1;
 }
 
 // ---- int32 index coding -----------------------------------------------------------------------

@@ -29,8 +29,9 @@ std::vector<int32_t> TwinEnds(const uint8_t* p, int64_t len) {
   return ends;
 }
 
-// IndexDecoder::DeltaLength.
-int64_t TwinDeltaLength(const uint8_t* p, int64_t len, int64_t k) {
+// The length of the first k varints from the scan of their ends: what VarintsLength, which
+// counts eight bytes at a time, must answer.
+int64_t ScanDeltaLength(const uint8_t* p, int64_t len, int64_t k) {
   const auto ends = TwinEnds(p, len);
   int64_t length = -1;
   for (int64_t b = 0; b < len; ++b)
@@ -177,8 +178,25 @@ TEST_CASE("decode: a quantizer follows the k-th varint end (pipelines)") {
     for (int64_t j = 0; j < k; ++j) r.GetVarint("gap");
     const auto* p = reinterpret_cast<const uint8_t*>(bytes.data()) + at;
     const auto window = static_cast<int64_t>(std::min<size_t>(bytes.size() - at, 10 * k));
-    REQUIRE(TwinDeltaLength(p, window, k) == static_cast<int64_t>(r.position() - at));
-    REQUIRE(TwinDeltaLength(p, k - 1, k) == -1);  // fewer than k ends in the window
+    REQUIRE(VarintsLength(p, window, k) == static_cast<int64_t>(r.position() - at));
+    REQUIRE(VarintsLength(p, k - 1, k) == -1);  // fewer than k ends in the window
+  }
+}
+
+TEST_CASE("decode: VarintsLength finds the k-th varint end as a scan of the ends does") {
+  std::mt19937 gen(7);
+  for (int round = 0; round < 2000; ++round) {
+    // Bytes with a varint end at about one in `every`, so that k-th ends fall at every offset
+    // of the eight-byte steps and some windows hold fewer than k.
+    const int every = 1 + static_cast<int>(gen() % 6);
+    std::vector<uint8_t> bytes(gen() % 80);
+    for (auto& b : bytes)
+      b = static_cast<uint8_t>(gen() % every == 0 ? gen() % 0x80 : 0x80 | (gen() % 0x80));
+    const auto len = static_cast<int64_t>(bytes.size());
+    for (int64_t k = 1; k <= len + 1; ++k) {
+      INFO("round " << round << " len " << len << " k " << k);
+      REQUIRE(VarintsLength(bytes.data(), len, k) == ScanDeltaLength(bytes.data(), len, k));
+    }
   }
 }
 
