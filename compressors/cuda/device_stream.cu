@@ -31,8 +31,13 @@ void StreamMark::Wait() const {
 }
 
 SideStream::SideStream() {
+  // The greatest priority (the numerically least): the codec's short kernels are scheduled
+  // ahead of the blocks that training's kernels still have pending.
+  int least = 0, greatest = 0;
+  CheckCuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), "stream priority range");
   cudaStream_t s = nullptr;
-  CheckCuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate (side)");
+  CheckCuda(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest),
+            "cudaStreamCreate (side)");
   stream_ = reinterpret_cast<Stream>(s);
 }
 

@@ -4,6 +4,8 @@
 // non-blocking stream for codec work: it waits on the GPU for a mark -- the point where a
 // call's gradients are complete -- instead of for everything queued on the default stream
 // since (the rest of backward), and a synchronisation on it waits for the codec's work only.
+// It has the device's greatest priority, so the codec's short kernels do not queue behind the
+// pending blocks of training's long ones.
 //
 //   StreamMark ready;  ready.Record();            // after backward queued the gradients
 //   SideStream s;      s.After(ready);            // codec work on s.get() starts after them

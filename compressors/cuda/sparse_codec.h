@@ -6,7 +6,8 @@
 // sparsifier's own state alone, or Pipeline's varint-prefixed pair when a quantizer follows).
 //
 // Encode synchronises twice: to read the survivor count (the host decides retries and sizes)
-// and once at the end, when the payload is in *out (the delta varints' size comes with it).
+// and once at the end, when the payload is in *out (the delta varints' size comes with it;
+// above 256 KiB of values it is read before the copies, a third wait).
 // Decode synchronises once, at the end: where a quantizer's payload follows delta varints,
 // the host finds it in its own copy of the payload.
 // Thread-safety: one thread per instance.

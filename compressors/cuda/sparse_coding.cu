@@ -192,6 +192,11 @@ const uint8_t* DeltaEncoder::Encode(const int32_t* idx, int64_t k, Stream stream
   return out;
 }
 
+int64_t DeltaEncoder::Wait(Stream stream) const {
+  CheckCuda(cudaStreamSynchronize(stream), "sparsifier: wait for the varint total");
+  return Total();
+}
+
 int64_t DeltaEncoder::Total() const {
   if (k_ == 0) return 0;
   long long total = 0;

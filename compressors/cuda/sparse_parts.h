@@ -93,12 +93,13 @@ class DeviceSelector {
 // Delta index coding on the device (Sparsifier::WriteIndices with index_coding delta), without
 // a synchronisation of its own: Encode queues the varints of idx[0..k) (strictly increasing)
 // into the buffer it returns (at most 5k bytes) and a copy of their total size into pinned
-// memory; Total() reads that size once the stream has run Encode's work. Valid until the next
-// call.
+// memory; Total() reads that size once the stream has run Encode's work, Wait(stream)
+// synchronises the stream first. Valid until the next call.
 class DeltaEncoder {
  public:
   const uint8_t* Encode(const int32_t* idx, int64_t k, Stream stream);
   int64_t Total() const;
+  int64_t Wait(Stream stream) const;
 
  private:
   DeviceBytes total_, out_, temp_;
