@@ -8,11 +8,12 @@
 #       carry=[".gpu/debs", ".gpu/data", ".gpu/src.tar.gz"], timeout_s=600)   # and training
 #
 # Prepare .gpu/debs here first: bash scripts/gpu/fetch_debs.sh (docs/gpu.md). Every stage
-# logs to $OUT/<stage>.log and adds its exit code and wall time to $OUT/summary.txt; it is
-# skipped when too little of the budget is left, and a failure stops only the stages that
-# need its output (each looks for the executable it runs, so a partial build still tests
-# what built). Without a GPU (the rehearsal here) the tests and the bench exit 77 and are
-# reported skipped.
+# logs to $OUT/<stage>.log and adds its exit code and wall time to $OUT/summary.txt (at the
+# end the logs are packed into $OUT/logs.tar.gz beside summary.txt, bench.txt,
+# bench_small.txt and medians.txt: the device tool returns 8 files). A stage is skipped when
+# too little of the budget is left, and a failure stops only the stages that need its output
+# (each looks for the executable it runs, so a partial build still tests what built). Without
+# a GPU (the rehearsal here) the tests and the bench exit 77 and are reported skipped.
 #   probe   nvidia-smi, nvcc, torch and cmake versions
 #   deps    dpkg -x of the debs the CUDA-only build needs (spdlog, fmt, yaml-cpp, catch2, zlib)
 #   build   the CUDA-only tree (GP_CUDA_ONLY: codec libraries, CUDA codecs, tests, bench)
@@ -247,4 +248,11 @@ for stage in ${STAGES//,/ }; do
 done
 echo "=== summary ($((SECONDS - T0))s of $BUDGET_S)"
 cat "$OUT/summary.txt"
+# The device tool brings back at most 8 files of $OUT: the summary, the bench tables and the
+# training medians stay on top, and every log this script wrote goes into logs.tar.gz.
+[[ -f $OUT/full/medians.txt ]] && cp "$OUT/full/medians.txt" "$OUT/medians.txt"
+(cd "$OUT" && tar -czf logs.tar.gz --ignore-failed-read ./*.log torch_reference.json bench.json \
+  device_tests full 2>/dev/null)
+rm -rf "$OUT"/*.log "$OUT/torch_reference.json" "$OUT/bench.json" "$OUT/device_tests" "$OUT/full"
+ls "$OUT"
 exit "$FAILED"
