@@ -10,10 +10,11 @@
 # Prepare .gpu/debs here first: bash scripts/gpu/fetch_debs.sh (docs/gpu.md). Every stage
 # logs to $OUT/<stage>.log and adds its exit code and wall time to $OUT/summary.txt (at the
 # end the logs are packed into $OUT/logs.tar.gz beside summary.txt, bench.txt,
-# bench_small.txt and medians.txt: the device tool returns 8 files). A stage is skipped when
-# too little of the budget is left, and a failure stops only the stages that need its output
-# (each looks for the executable it runs, so a partial build still tests what built). Without
-# a GPU (the rehearsal here) the tests and the bench exit 77 and are reported skipped.
+# bench_small.txt, medians.txt and profile.txt: the device tool returns 8 files). A stage is
+# skipped when too little of the budget is left, and a failure stops only the stages that
+# need its output (each looks for the executable it runs, so a partial build still tests what
+# built). Without a GPU (the rehearsal here) the tests and the bench exit 77 and are reported
+# skipped.
 #   probe   nvidia-smi, nvcc, torch and cmake versions
 #   deps    dpkg -x of the debs the CUDA-only build needs (spdlog, fmt, yaml-cpp, catch2, zlib)
 #   build   the CUDA-only tree (GP_CUDA_ONLY: codec libraries, CUDA codecs, tests, bench)
@@ -25,6 +26,8 @@
 #           with BENCH_JSON=1: a second run)
 #   small   method 5's codec at VGG11's largest and smallest device-path tensor sizes
 #           -> bench_small.txt
+#   profile the first of them under Nsight Systems, where the machine has nsys: CUDA API
+#           calls and kernel times -> profile.txt (skipped without nsys)
 #   full    only with FULL=1: the LibTorch build and training runs of docs/gpu.md
 #           (build_and_test.sh; FULL_STAGES, BUILD_TARGETS, EPOCHS, TRAIN_CONFIGS,
 #           VGG_CONFIGS, VGG_STEPS pass through), full/medians.txt, key_codecs.log
@@ -38,7 +41,7 @@ OUT=${OUT:-$REPO/.gpu/check-out}
 BUDGET_S=${BUDGET_S:-450}
 JOBS=${JOBS:-16}
 BUILD=${BUILD_DIR:-$REPO/build-gpu-cuda}
-STAGES=${STAGES:-probe,deps,build,logic,torch,bench,small,device,full}
+STAGES=${STAGES:-probe,deps,build,logic,torch,bench,small,profile,device,full}
 NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
 ROOT=$REPO/.gpu/root  # the extracted Debian packages
 LIBDIR=$ROOT/usr/lib/x86_64-linux-gnu
@@ -91,6 +94,8 @@ stage_probe() {
     "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
           "available", torch.cuda.is_available())'
     echo "== build tools" && cmake --version | head -1 && ninja --version && g++ --version | head -1
+    echo "== profilers" && command -v nsys ncu
+    ls /usr/local/cuda/bin /opt/nvidia 2>/dev/null
     echo "== host: $(nproc) cpus; tree: $(git rev-parse --short HEAD 2>/dev/null)" \
       "+$(git status --short 2>/dev/null | wc -l) changed paths"
   } >"$OUT/probe.log" 2>&1
@@ -217,6 +222,26 @@ stage_small() {
     record "small ($numel)" "$rc" "$t0" "bench_small.txt"
     ((rc == 77)) && return
   done
+}
+
+# Where small's per-call cost goes: the first small row (2.36M floats, error feedback) under
+# Nsight Systems when the machine has it: CUDA API calls (launches, waits) and kernel times,
+# summed over the bench's calls -> profile.txt. Skipped without nsys.
+stage_profile() {
+  local t0=$SECONDS t rc nsys
+  [[ -x $BENCH ]] || { skip profile "not built"; return; }
+  nsys=$(command -v nsys || compgen -G "/usr/local/cuda/bin/nsys" ||
+    compgen -G "/opt/nvidia/nsight-systems/*/bin/nsys" | tail -1)
+  [[ -n $nsys ]] || { skip profile "no nsys (PATH, /usr/local/cuda/bin, /opt/nvidia)"; return; }
+  t=$(budget 90 30)
+  ((t == 0)) && { skip profile "no time left"; return; }
+  gp_env timeout "$t" "$nsys" profile --force-overwrite true -o /tmp/gp-small "$BENCH" \
+    --numel 2359296 --repeats 50 --codec "topk ratio=0.01 error_feedback=true then=qsgd levels=16" \
+    >"$OUT/profile.log" 2>&1 &&
+    timeout 60 "$nsys" stats --report cuda_api_sum,cuda_gpu_kern_sum,cuda_gpu_mem_time_sum \
+      /tmp/gp-small.nsys-rep >"$OUT/profile.txt" 2>>"$OUT/profile.log"
+  rc=$?
+  record profile "$rc" "$t0" "profile.txt ($nsys)"
 }
 
 # The LibTorch build of docs/gpu.md and its training runs (carry .gpu/data and .gpu/src.tar.gz
