@@ -35,6 +35,12 @@ void DeviceSparsifier::Encode(const float* in, int64_t n, const StepContext& ctx
   GP_ENFORCE(n >= 0 && n <= kMaxNumel, name, ": tensors above 2^31-1 elements ",
              "are not supported by int32 indices (numel ", n, ")");
   last_n_ = -1;
+  // The state a speculating Select advances, restored when its guess missed.
+  std::string own, quantizer;
+  if (speculate_) {
+    SaveOwnState(&own);
+    if (then_) then_->SaveState(&quantizer);
+  }
   err_.Clear(stream);
   const Kept kept = Select(in, n, ctx, stream);
 
@@ -80,6 +86,17 @@ void DeviceSparsifier::Encode(const float* in, int64_t n, const StepContext& ctx
                               cudaMemcpyDeviceToHost, stream),
               "sparsifier: copy values");
   err_.Check(stream, name);  // synchronises the stream, which queued the copies before it
+  if (selector_.Missed()) {  // fewer survivors than k, or more than the buffer held
+    LoadOwnState(own);
+    if (then_) then_->LoadState(quantizer);
+    speculate_ = false;
+    struct Again {  // speculation is back on for the next encode, even after a throw
+      bool* on;
+      ~Again() { *on = true; }
+    } again{&speculate_};
+    Encode(in, n, ctx, out, stream);
+    return;
+  }
   if (moved) {
     const int64_t varints = delta_.Total();
     std::memmove(dst + varints, dst + index_size, static_cast<size_t>(value_size));

@@ -5,9 +5,10 @@
 // Pipeline writes it), decoding, SubtractDecoded, and checkpoint state in the CPU layout (a
 // sparsifier's own state alone, or Pipeline's varint-prefixed pair when a quantizer follows).
 //
-// Encode synchronises twice: to read the survivor count (the host decides retries and sizes)
-// and once at the end, when the payload is in *out (the delta varints' size comes with it;
-// above 256 KiB of values it is read before the copies, a third wait).
+// Encode synchronises once at the end, when the payload is in *out, where topk's first
+// sample keeps enough (the usual case: it speculates); otherwise also to read the survivor
+// count (the host decides retries and sizes), and, above 256 KiB of delta-coded values, the
+// varints' size.
 // Decode synchronises once, at the end: where a quantizer's payload follows delta varints,
 // the host finds it in its own copy of the payload.
 // Thread-safety: one thread per instance.
@@ -40,6 +41,9 @@ class DeviceSparsifier : public DeviceCodec {
   virtual void LoadOwnState(std::string_view in);
 
   const std::string& base_name() const { return name_; }
+  // Whether Select may speculate (DeviceSelector::SpeculateLargest); Encode checks the guess
+  // after its final wait and, when it missed, restores the state and encodes again without.
+  bool speculate() const { return speculate_; }
   DeviceSelector selector_;
   ErrorWord err_;
 
@@ -54,6 +58,7 @@ class DeviceSparsifier : public DeviceCodec {
   Kept last_;
   int64_t last_n_ = -1;
   std::string last_quantized_;
+  bool speculate_ = true;
 };
 
 }  // namespace gradpress::compressors::cuda

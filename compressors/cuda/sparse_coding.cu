@@ -162,14 +162,6 @@ int GridFor(int64_t items, int threads) {
   return static_cast<int>(std::clamp<int64_t>(blocks, 1, kMaxBlocks));
 }
 
-void ReadBack::Get(const void* dev, size_t bytes, void* host, Stream stream) {
-  pinned_.Resize(bytes);
-  CheckCuda(cudaMemcpyAsync(pinned_.data(), dev, bytes, cudaMemcpyDeviceToHost, stream),
-            "sparsifier: read back");
-  CheckCuda(cudaStreamSynchronize(stream), "sparsifier: read back");
-  std::memcpy(host, pinned_.data(), bytes);
-}
-
 const uint8_t* DeltaEncoder::Encode(const int32_t* idx, int64_t k, Stream stream) {
   k_ = k;
   if (k == 0) return nullptr;

@@ -21,15 +21,6 @@ struct Kept {
   uint64_t seed = 0;  // randomk's shared seed (seeded coding)
 };
 
-// Small device-to-host reads through pinned memory; synchronises the stream.
-class ReadBack {
- public:
-  void Get(const void* dev, size_t bytes, void* host, Stream stream);
-
- private:
-  PinnedBytes pinned_;
-};
-
 // A selection's bounds: keep v > hi || v < lo; t is the threshold the host's retry rules see.
 struct Bounds {
   float lo, hi, t;
@@ -49,9 +40,10 @@ struct RadixState {
 class RadixSelect {
  public:
   // 0 <= rank < count. When `bounds` is set, the last pass also sets it to (-t, t, t) with
-  // t = NextTowardZero(key) (SampledAbsThreshold's threshold).
+  // t = NextTowardZero(key) (SampledAbsThreshold's threshold). With `live`, only the first
+  // min(*live, count) keys count (a count left on the device).
   void Run(const uint32_t* keys, const float* vals, int64_t count, int64_t rank, Bounds* bounds,
-           Stream stream);
+           Stream stream, const long long* live = nullptr);
   // The result of the last Run (device memory, valid once it has run on the stream).
   const RadixState* state() const { return reinterpret_cast<const RadixState*>(scratch_.data()); }
 
@@ -80,14 +72,22 @@ class DeviceSelector {
   // The k largest magnitudes of the survivors, ties to lower indices (KeepLargest); the
   // survivors themselves when there are at most k.
   Kept KeepLargest(int64_t k, Stream stream);
+  // Compact then KeepLargest(k) without the read-back, as if the survivors numbered from k to
+  // the buffer's size (what a first sample usually gives); after the stream has run, Missed()
+  // says whether they did not (then the result is not the selection). 0 < k <= n.
+  Kept SpeculateLargest(const float* in, int64_t n, int64_t expected, int64_t k, Stream stream);
+  bool Missed();  // false when nothing was speculated since the last call
 
  private:
-  int64_t survivors_ = 0, capacity_ = 0;
-  DeviceBytes control_;  // SelectControl (sparse_select.cu): count, bounds, threshold
+  void QueueCompaction(const float* in, int64_t n, Stream stream);          // into capacity_ slots
+  void QueueControlCopy(Stream stream);                                     // into control_host_
+  Kept CutToK(int64_t c, int64_t k, const long long* live, Stream stream);  // KeepLargest's
+  int64_t survivors_ = 0, capacity_ = 0, speculated_k_ = 0;
+  PinnedBytes control_host_;  // the control words, read back
+  DeviceBytes control_;       // SelectControl (sparse_select.cu): count, bounds, threshold
   DeviceBytes temp_, keys_;
   DeviceBytes surv_idx_, surv_val_, kept_idx_, kept_val_, partials_;
   RadixSelect radix_;
-  ReadBack read_;
 };
 
 // Delta index coding on the device (Sparsifier::WriteIndices with index_coding delta), without

@@ -29,8 +29,9 @@ __host__ __device__ int HistOffset(int pass) { return pass == 0 ? 0 : (pass == 1
 // One pass: a shared histogram of the digits of the keys that match the prefix so far, added
 // to the pass's global bins; the last block to finish picks the bin holding the rank.
 __global__ void __launch_bounds__(kRadixThreads)
-    RadixPassKernel(const uint32_t* keys, const float* vals, int64_t count, int pass, int64_t rank,
-                    RadixState* st, unsigned int* hist_all, Bounds* bounds) {
+    RadixPassKernel(const uint32_t* keys, const float* vals, int64_t bound, const long long* live,
+                    int pass, int64_t rank, RadixState* st, unsigned int* hist_all,
+                    Bounds* bounds) {
   using Scan = cub::BlockScan<long long, kRadixThreads>;
   __shared__ unsigned int local[kRadixMaxBins];
   __shared__ typename Scan::TempStorage scan_temp;
@@ -40,6 +41,7 @@ __global__ void __launch_bounds__(kRadixThreads)
   for (int b = threadIdx.x; b < bins; b += blockDim.x) local[b] = 0;
   __syncthreads();
   const uint32_t prefix = st->prefix;  // set by the previous pass's kernel
+  const int64_t count = live != nullptr && *live < bound ? static_cast<int64_t>(*live) : bound;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += stride) {
@@ -83,11 +85,14 @@ __global__ void __launch_bounds__(kRadixThreads)
   }
 }
 
-// KeepLargest's scan: the flags of survivor i, and the write of a kept one to its slot.
+// KeepLargest's scan: the flags of survivor i, and the write of a kept one to its slot. With
+// `live`, the survivors at i >= *live are not there (a count left on the device).
 struct KeepFlagOp {
   const float* val;
   const RadixState* st;
+  const long long* live;
   __host__ __device__ uint64_t operator()(int32_t i) const {
+    if (live != nullptr && i >= *live) return 0;
     return KeepFlags(MagnitudeBits(val[i]), st->prefix);
   }
 };
@@ -95,10 +100,12 @@ struct PutKept {
   const int32_t* idx;
   const float* val;
   const RadixState* st;
+  const long long* live;
   int64_t k;
   int32_t* out_idx;
   float* out_val;
   __host__ __device__ void operator()(ptrdiff_t i, uint64_t before) const {
+    if (live != nullptr && i >= *live) return;
     const int64_t slot = KeepSlot(MagnitudeBits(val[i]), st->prefix, before, k - st->greater);
     if (slot >= 0 && slot < k) {
       out_idx[slot] = idx[i];
@@ -110,7 +117,7 @@ struct PutKept {
 }  // namespace
 
 void RadixSelect::Run(const uint32_t* keys, const float* vals, int64_t count, int64_t rank,
-                      Bounds* bounds, Stream stream) {
+                      Bounds* bounds, Stream stream, const long long* live) {
   GP_ENFORCE_AS(Internal, count > 0 && rank >= 0 && rank < count, "sparsifier: rank ", rank, " of ",
                 count, " keys");
   const size_t bytes = sizeof(RadixState) + kHistWords * sizeof(unsigned int);
@@ -122,7 +129,7 @@ void RadixSelect::Run(const uint32_t* keys, const float* vals, int64_t count, in
       std::clamp<int64_t>((count + kKeysPerBlock - 1) / kKeysPerBlock, 1, kMaxRadixBlocks));
   for (int pass = 0; pass < kRadixPasses; ++pass) {
     RadixPassKernel<<<blocks, kRadixThreads, 0, stream>>>(
-        keys, vals, count, pass, rank, st, hist, pass == kRadixPasses - 1 ? bounds : nullptr);
+        keys, vals, count, live, pass, rank, st, hist, pass == kRadixPasses - 1 ? bounds : nullptr);
     CheckCuda(cudaGetLastError(), "sparsifier: radix select pass");
   }
 }
@@ -130,16 +137,20 @@ void RadixSelect::Run(const uint32_t* keys, const float* vals, int64_t count, in
 Kept DeviceSelector::KeepLargest(int64_t k, Stream stream) {
   if (survivors_ <= k) return Survivors();
   if (k <= 0) return Kept{};
-  const int64_t c = survivors_;
+  return CutToK(survivors_, k, nullptr, stream);
+}
+
+Kept DeviceSelector::CutToK(int64_t c, int64_t k, const long long* live, Stream stream) {
   const auto* idx = reinterpret_cast<const int32_t*>(surv_idx_.data());
   const auto* val = reinterpret_cast<const float*>(surv_val_.data());
-  radix_.Run(nullptr, val, c, k - 1, nullptr, stream);
+  radix_.Run(nullptr, val, c, k - 1, nullptr, stream, live);
   int32_t* out_idx = kept_idx_.as<int32_t>(k);
   float* out_val = kept_val_.as<float>(k);
   const RadixState* st = radix_.state();
   thrust::transform_iterator<KeepFlagOp, thrust::counting_iterator<int32_t>, uint64_t> flags(
-      thrust::counting_iterator<int32_t>(0), KeepFlagOp{val, st});
-  auto out = thrust::make_tabulate_output_iterator(PutKept{idx, val, st, k, out_idx, out_val});
+      thrust::counting_iterator<int32_t>(0), KeepFlagOp{val, st, live});
+  auto out =
+      thrust::make_tabulate_output_iterator(PutKept{idx, val, st, live, k, out_idx, out_val});
   const int items = static_cast<int>(c);
   size_t bytes = 0;
   CheckCuda(cub::DeviceScan::ExclusiveSum(nullptr, bytes, flags, out, items, stream),

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cub/cub.cuh>
 #include <limits>
 
@@ -194,26 +195,39 @@ void DeviceSelector::GaussianBounds(const float* in, int64_t n, double z, int* e
   CheckCuda(cudaGetLastError(), "gaussiank: bounds");
 }
 
-int64_t DeviceSelector::Compact(const float* in, int64_t n, int64_t expected, float* t,
-                                Stream stream) {
+void DeviceSelector::QueueCompaction(const float* in, int64_t n, Stream stream) {
   GP_ENFORCE_AS(Internal, n > 0 && n <= std::numeric_limits<int32_t>::max(),
                 "sparsifier: compaction of ", n, " elements");
   auto* c = control_.as<SelectControl>(1);
+  int32_t* idx = surv_idx_.as<int32_t>(capacity_);
+  float* val = surv_val_.as<float>(capacity_);
+  auto out = thrust::make_tabulate_output_iterator(PutSurvivor{in, idx, val, capacity_});
+  thrust::counting_iterator<int32_t> items(0);
+  size_t bytes = 0;
+  CheckCuda(cub::DeviceSelect::FlaggedIf(nullptr, bytes, items, in, out, &c->count, n, OutsideOp{c},
+                                         stream),
+            "sparsifier: compaction size");
+  CheckCuda(cub::DeviceSelect::FlaggedIf(Temp(&temp_, bytes), bytes, items, in, out, &c->count, n,
+                                         OutsideOp{c}, stream),
+            "sparsifier: compaction");
+}
+
+void DeviceSelector::QueueControlCopy(Stream stream) {
+  control_host_.Resize(sizeof(SelectControl));
+  CheckCuda(cudaMemcpyAsync(control_host_.data(), control_.data(), sizeof(SelectControl),
+                            cudaMemcpyDeviceToHost, stream),
+            "sparsifier: copy the selection's count");
+}
+
+int64_t DeviceSelector::Compact(const float* in, int64_t n, int64_t expected, float* t,
+                                Stream stream) {
   capacity_ = std::max(capacity_, std::clamp<int64_t>(expected, 1, n));
   for (int pass = 0;; ++pass) {
-    int32_t* idx = surv_idx_.as<int32_t>(capacity_);
-    float* val = surv_val_.as<float>(capacity_);
-    auto out = thrust::make_tabulate_output_iterator(PutSurvivor{in, idx, val, capacity_});
-    thrust::counting_iterator<int32_t> items(0);
-    size_t bytes = 0;
-    CheckCuda(cub::DeviceSelect::FlaggedIf(nullptr, bytes, items, in, out, &c->count, n,
-                                           OutsideOp{c}, stream),
-              "sparsifier: compaction size");
-    CheckCuda(cub::DeviceSelect::FlaggedIf(Temp(&temp_, bytes), bytes, items, in, out, &c->count, n,
-                                           OutsideOp{c}, stream),
-              "sparsifier: compaction");
+    QueueCompaction(in, n, stream);
+    QueueControlCopy(stream);
+    CheckCuda(cudaStreamSynchronize(stream), "sparsifier: read the selection's count");
     SelectControl host;
-    read_.Get(c, sizeof(host), &host, stream);
+    std::memcpy(&host, control_host_.data(), sizeof(host));
     survivors_ = host.count;
     *t = host.b.t;
     GP_ENFORCE_AS(Internal, survivors_ >= 0 && survivors_ <= n, "sparsifier: compaction kept ",
@@ -223,6 +237,29 @@ int64_t DeviceSelector::Compact(const float* in, int64_t n, int64_t expected, fl
     capacity_ = survivors_;  // the same bounds select the same elements again
   }
   return survivors_;
+}
+
+Kept DeviceSelector::SpeculateLargest(const float* in, int64_t n, int64_t expected, int64_t k,
+                                      Stream stream) {
+  GP_ENFORCE_AS(Internal, k > 0 && k <= n, "sparsifier: speculating k=", k, " of ", n);
+  capacity_ = std::max({capacity_, std::clamp<int64_t>(expected, 1, n), k});
+  QueueCompaction(in, n, stream);
+  QueueControlCopy(stream);
+  const auto* c = control_.as<SelectControl>(1);
+  speculated_k_ = k;
+  survivors_ = -1;  // known after the stream has run (Missed)
+  return CutToK(capacity_, k, &c->count, stream);
+}
+
+bool DeviceSelector::Missed() {
+  if (speculated_k_ == 0) return false;
+  SelectControl host;
+  std::memcpy(&host, control_host_.data(), sizeof(host));
+  const int64_t k = speculated_k_;
+  speculated_k_ = 0;
+  if (host.count < k || host.count > capacity_) return true;
+  survivors_ = host.count;
+  return false;
 }
 
 Kept DeviceSelector::Survivors() {

@@ -50,6 +50,10 @@ class DeviceTopK : public DeviceSparsifier {
     const int64_t sample = std::max<int64_t>(8192, n / 200);
     const double ratio = static_cast<double>(k) / static_cast<double>(n);
     double aim = std::min(1.0, ratio * 1.3 + 64.0 / static_cast<double>(std::min(n, sample)));
+    if (speculate()) {  // the first attempt below, assumed to keep >= k (Encode checks)
+      selector_.SampleBounds(in, n, aim, sample, &rng_, stream);
+      return selector_.SpeculateLargest(in, n, Expect(aim, n), k, stream);
+    }
     for (int attempt = 0;; ++attempt) {
       if (attempt < 3)
         selector_.SampleBounds(in, n, aim, sample, &rng_, stream);
