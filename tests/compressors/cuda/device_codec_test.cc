@@ -201,6 +201,8 @@ TEST_CASE("dgc then qsgd: device and CPU decode alike", "[cuda][dgc]") {
 }
 
 // Ties at the k-th magnitude go to lower indices, and exact zeros are never sent, on both.
+// The sparse and all-zero inputs keep fewer than k, and one magnitude everywhere keeps more than
+// the survivor buffer holds: the device's speculation on its first sample misses in all three.
 TEST_CASE("topk: ties and zeros select as on the CPU", "[cuda][topk]") {
   std::vector<float> ties = Gaussian(100003, 5);
   for (float& v : ties) v = std::round(v / 1e-3f) * 1e-3f;  // ~60 distinct magnitudes
@@ -209,6 +211,8 @@ TEST_CASE("topk: ties and zeros select as on the CPU", "[cuda][topk]") {
   sparse[500] = -0.25f;
   sparse[999] = 0.125f;
   const std::vector<float> zeros(1000, 0.f);
+  std::vector<float> equal = Gaussian(100003, 6);
+  for (float& v : equal) v = v < 0 ? -0.5f : 0.5f;
   struct Case {
     const char* shorthand;
     double ratio;   // or
@@ -217,7 +221,7 @@ TEST_CASE("topk: ties and zeros select as on the CPU", "[cuda][topk]") {
   for (const Case& c : {Case{"topk", 0.01, 0}, Case{"topk index_coding=int32", 0.01, 0},
                         Case{"topk ratio=0.1", 0.1, 0}, Case{"topk k=7", 0, 7}}) {
     for (const std::vector<float>* x :
-         std::vector<const std::vector<float>*>{&ties, &sparse, &zeros}) {
+         std::vector<const std::vector<float>*>{&ties, &sparse, &zeros, &equal}) {
       INFO(c.shorthand << ", n=" << x->size() << ", non-zeros " << NonZeros(*x));
       const auto n = static_cast<int64_t>(x->size());
       auto gpu = Gpu(c.shorthand);
