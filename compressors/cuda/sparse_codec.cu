@@ -93,7 +93,7 @@ void DeviceSparsifier::Encode(const float* in, int64_t n, const StepContext& ctx
     struct Again {  // speculation is back on for the next encode, even after a throw
       bool* on;
       ~Again() { *on = true; }
-    } again{&speculate_};
+    } again{&speculate_};  // (Missed() is true only where speculation was on)
     Encode(in, n, ctx, out, stream);
     return;
   }

@@ -43,7 +43,9 @@ class DeviceSparsifier : public DeviceCodec {
   const std::string& base_name() const { return name_; }
   // Whether Select may speculate (DeviceSelector::SpeculateLargest); Encode checks the guess
   // after its final wait and, when it missed, restores the state and encodes again without.
+  // Off unless the subclass allows it (only then does Encode keep a copy of the state).
   bool speculate() const { return speculate_; }
+  void AllowSpeculation() { speculate_ = true; }
   DeviceSelector selector_;
   ErrorWord err_;
 
@@ -58,7 +60,7 @@ class DeviceSparsifier : public DeviceCodec {
   Kept last_;
   int64_t last_n_ = -1;
   std::string last_quantized_;
-  bool speculate_ = true;
+  bool speculate_ = false;
 };
 
 }  // namespace gradpress::compressors::cuda

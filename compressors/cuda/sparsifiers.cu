@@ -34,6 +34,7 @@ class DeviceTopK : public DeviceSparsifier {
         k_(r.Int("k", 0, 0, std::numeric_limits<int32_t>::max())),
         rng_(static_cast<uint64_t>(r.Int("seed", 1, 0, std::numeric_limits<int64_t>::max()))) {
     GP_ENFORCE(!(r.Has("k") && r.Has("ratio")), "topk: give either ratio or k, not both");
+    AllowSpeculation();
   }
   bool SetDensity(double ratio) override {
     GP_ENFORCE(ratio > 0 && ratio <= 1, "topk: density ", ratio, " is not in (0, 1]");
