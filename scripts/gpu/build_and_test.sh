@@ -21,7 +21,8 @@
 #              (default "m5 m1"), EPOCHS epochs (default 10), WORKERS workers (default 2),
 #              extra worker arguments in TRAIN_ARGS (e.g. "--max-steps 1500"); then VGG11
 #              on synthetic CIFAR-shaped data for the methods in VGG_CONFIGS (e.g. "m5 m1"),
-#              VGG_STEPS steps each (default 100)
+#              VGG_STEPS steps each (default 100), with each worker count in VGG_WORKERS
+#              (default WORKERS: e.g. "2 1", two workers sharing the GPU, then one alone)
 #   codecs     gradpress-bench codecs
 #   cudaprobe  scripts/gpu/cuda_codec_probe.cc: Encode/Decode on CUDA tensors
 #   transport  gradpress-bench transport
@@ -337,10 +338,12 @@ if want train; then
   if [[ -n ${VGG_CONFIGS:-} ]]; then
     synth=$GPU/synth-cifar
     [[ -f $synth/test_batch.bin ]] || python3 "$REPO/scripts/synth_cifar.py" "$synth" --train 2560 --test 256
-    for c in $VGG_CONFIGS; do
-      # 10 steps make an epoch of this set: enough epochs for VGG_STEPS steps
-      EPOCHS=1000 RUN_DATA=$synth train_run "configs/vgg11_cifar10_$c.yaml" cuda "vgg-$c-cuda" \
-        --max-steps "${VGG_STEPS:-100}"
+    for w in ${VGG_WORKERS:-${WORKERS:-2}}; do
+      for c in $VGG_CONFIGS; do
+        # 10 steps make an epoch of this set: enough epochs for VGG_STEPS steps
+        WORKERS=$w EPOCHS=1000 RUN_DATA=$synth train_run "configs/vgg11_cifar10_$c.yaml" cuda \
+          "vgg-$c-cuda-w$w" --max-steps "${VGG_STEPS:-100}"
+      done
     done
   fi
 fi
