@@ -43,11 +43,12 @@ bool InProcessPsClient::InitOrPull(std::vector<torch::Tensor>* params) {
 }
 
 void InProcessPsClient::Receive(const server::StepResult& r, std::vector<torch::Tensor>* out,
-                                size_t begin, size_t end, StepMetrics* st) {
+                                size_t begin, size_t end, StepMetrics* st,
+                                worker::DecodeChecks* later) {
   st->server_step = r.step;
   st->contributors = r.contributors;
   uint64_t bytes = 0;
-  st->decode_ms += codecs_->DecodeAll(r.payloads, out, &bytes, begin, end);
+  st->decode_ms += codecs_->DecodeAll(r.payloads, out, &bytes, begin, end, later);
   st->bytes_down += bytes;
   store_->CountBytesOut(bytes);
 }
@@ -80,7 +81,7 @@ StepMetrics InProcessPsClient::PushPull(const worker::StepCall& call,
   GP_ENFORCE(r.result != nullptr, "PushPull: the store sent no result of step ", call.step);
   st.wait_ms = r.wait_ms;
   st.server_ms = r.apply_ms + r.result->server_ms;
-  Receive(*r.result, out, keys.begin, keys.end, &st);
+  Receive(*r.result, out, keys.begin, keys.end, &st, call.decoded);
   return st;
 }
 

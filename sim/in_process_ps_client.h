@@ -48,9 +48,10 @@ class InProcessPsClient : public worker::PsClient {
 
  private:
   server::Clock::time_point Deadline() const;
-  // Decodes a result of keys [begin, end) into out; counts bytes_down and decode ms.
+  // Decodes a result of keys [begin, end) into out; counts bytes_down and decode ms. later:
+  // where device decodes leave their checks (StepCall::decoded).
   void Receive(const server::StepResult& r, std::vector<torch::Tensor>* out, size_t begin,
-               size_t end, worker::StepMetrics* st);
+               size_t end, worker::StepMetrics* st, worker::DecodeChecks* later = nullptr);
 
   worker::ClientOptions opt_;
   worker::KeyCodecs* codecs_;

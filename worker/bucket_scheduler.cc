@@ -65,7 +65,10 @@ BucketScheduler::BucketScheduler(PsClient* client, const std::vector<int>& bucke
     for (int k = 0; k < bucket_keys[b]; ++k) bucket_of_.push_back(static_cast<int>(b));
   }
   grads_.resize(bucket_of_.size());
-  for (size_t b = 0; b < bucket_keys.size(); ++b) ready_.push_back(std::make_unique<CudaMark>());
+  for (size_t b = 0; b < bucket_keys.size(); ++b) {
+    ready_.push_back(std::make_unique<CudaMark>());
+    decoded_.push_back(std::make_unique<DecodeChecks>());
+  }
   ended_.assign(bucket_keys.size(), 0);
   for (int t = 0; t < std::max(1, threads); ++t) threads_.emplace_back([this] { Run(); });
 }
@@ -93,6 +96,7 @@ void BucketScheduler::Begin(int64_t step, std::vector<torch::Tensor>* out,
   for (auto& g : grads_) g = torch::Tensor();
   sum_ = StepMetrics{};
   error_ = nullptr;
+  for (auto& d : decoded_) d->Clear();  // a dropped step's, never used
   active_ = true;
 }
 
@@ -141,7 +145,20 @@ bool BucketScheduler::WaitBucket(int bucket) {
              ") outside a step");
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return ended_[bucket] || error_ != nullptr; });
-  return error_ == nullptr;
+  if (error_) return false;
+  lock.unlock();
+  return CheckDecoded(bucket);
+}
+
+bool BucketScheduler::CheckDecoded(int bucket) {
+  try {
+    decoded_[bucket]->Check();
+    return true;
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_) error_ = std::current_exception();
+    return false;
+  }
 }
 
 StepMetrics BucketScheduler::Wait(double* exposed_ms) {
@@ -149,6 +166,10 @@ StepMetrics BucketScheduler::Wait(double* exposed_ms) {
   Timer waited;
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return outstanding_ == 0; });
+  lock.unlock();
+  // Every bucket has ended: what the device decodes found, before anything uses the results.
+  for (int b = 0; b < buckets() && CheckDecoded(b);) ++b;
+  lock.lock();
   active_ = false;
   if (exposed_ms) *exposed_ms = waited.ElapsedMs();
   for (auto& g : grads_) g = torch::Tensor();  // the autograd buffers are free again
@@ -171,6 +192,7 @@ void BucketScheduler::Run() {
     call.bucket = bucket;
     call.lr = lr_;
     call.ready = ready_[bucket].get();
+    call.decoded = decoded_[bucket].get();
     std::vector<torch::Tensor>* out = out_;
     // The bucket's gradients (the training thread goes on filling other keys of grads_).
     const auto [begin, end] = keys_[bucket];

@@ -71,8 +71,8 @@ class BucketScheduler {
   // shapes first. Returns the summed stats; exposed_ms is the wait here.
   StepMetrics Finish(const std::vector<torch::Tensor>& like, double* exposed_ms = nullptr);
   // Finish in parts: Seal hands over the keys that got no gradient (zeros of like's shapes);
-  // WaitBucket(b) returns once bucket b ended (false if it or an earlier one failed: Wait then
-  // rethrows); Wait is the rest of Finish.
+  // WaitBucket(b) returns once bucket b ended and its device decodes are checked (false if it
+  // or an earlier one failed: Wait then rethrows); Wait is the rest of Finish.
   void Seal(const std::vector<torch::Tensor>& like);
   bool WaitBucket(int bucket);
   StepMetrics Wait(double* exposed_ms = nullptr);
@@ -81,6 +81,8 @@ class BucketScheduler {
  private:
   void Run();
   void Enqueue(int bucket);  // mu_ held
+  // Runs the bucket's deferred decode checks; a failure becomes error_ (false). mu_ not held.
+  bool CheckDecoded(int bucket);
   // The uplink, one bucket at a time (each push gets the whole link and finishes early, and is
   // pulled while later ones go up), the waiting bucket with the lowest index first.
   class Turn;
@@ -95,6 +97,8 @@ class BucketScheduler {
   std::vector<torch::Tensor> grads_;
   // Per bucket: where backward completed its CUDA gradients this step (StepCall::ready).
   std::vector<std::unique_ptr<CudaMark>> ready_;
+  // Per bucket: its device decodes' checks, run before its results are used (StepCall::decoded).
+  std::vector<std::unique_ptr<DecodeChecks>> decoded_;
   std::vector<torch::Tensor>* out_ = nullptr;
   int64_t step_ = 0;
   std::optional<double> lr_;

@@ -9,6 +9,7 @@
 #include "common/error.h"
 
 #ifdef GP_WORKER_CUDA
+#include "compressors/cuda/decode_error.h"
 #include "compressors/cuda/device_codec.h"
 #include "compressors/cuda/device_stream.h"
 #endif
@@ -25,6 +26,25 @@ bool OnDevice(const torch::Tensor& t) {
   return ContiguousFloatCuda(t) && t.numel() >= kDeviceMinNumel;
 }
 }  // namespace
+
+void DecodeChecks::Add(std::function<void()> check) {
+  std::lock_guard<std::mutex> lock(mu_);
+  checks_.push_back(std::move(check));
+}
+
+void DecodeChecks::Check() {
+  std::vector<std::function<void()>> checks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    checks.swap(checks_);
+  }
+  for (const auto& check : checks) check();
+}
+
+void DecodeChecks::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  checks_.clear();
+}
 
 #ifdef GP_WORKER_CUDA
 
@@ -49,6 +69,17 @@ void CudaMark::Wait() const {
 bool CudaMark::recorded() const { return impl_->mark && impl_->mark->recorded(); }
 
 struct DeviceCodecs::Impl {
+  // A decode's end on its side stream, and what its kernels found (DecodeError), read back.
+  struct Decoded {
+    cuda::StreamMark done;
+    cuda::PinnedBytes word;
+    void Check(const std::string& codec) const {
+      done.Wait();
+      int code = 0;
+      std::memcpy(&code, word.data(), sizeof(code));
+      GP_ENFORCE(code == cuda::kDecodeOk, codec, ": ", cuda::DecodeErrorText(code));
+    }
+  };
   struct Key {
     std::unique_ptr<cuda::SideStream> stream;  // made on first use
     std::unique_ptr<cuda::DeviceCodec> codec;
@@ -59,6 +90,14 @@ struct DeviceCodecs::Impl {
     std::unique_ptr<cuda::DeviceCodec> decoder;
     torch::Tensor scratch;  // a device decode's output, copied into the destination
     std::unique_ptr<cuda::StreamMark> copied;  // that copy, queued on the default stream
+    std::shared_ptr<Decoded> decoded;          // the last decode (a later check shares it)
+
+    ~Key() {
+      try {
+        if (decoded) decoded->done.Wait();  // its upload still reads `upload`
+      } catch (...) {                       // a failed context: nothing left to wait for
+      }
+    }
 
     cuda::SideStream& Stream() {  // made on first use: CPU-only runs create no CUDA objects
       if (!stream) {
@@ -120,7 +159,7 @@ bool DeviceCodecs::Encode(size_t i, const CodecSpec& spec, double momentum,
   return true;
 }
 
-bool DeviceCodecs::Decode(size_t i, const Payload& p, torch::Tensor* out) {
+bool DeviceCodecs::Decode(size_t i, const Payload& p, torch::Tensor* out, DecodeChecks* later) {
   if (!OnDevice(*out) || i >= impl_->keys.size()) return false;
   Impl::Key& key = *impl_->keys[i];
   if (key.decoder_name != p.codec) {
@@ -133,6 +172,12 @@ bool DeviceCodecs::Decode(size_t i, const Payload& p, torch::Tensor* out) {
   }
   if (!key.decoder) return false;
   cuda::SideStream& stream = key.Stream();
+  if (!key.decoded) {
+    key.decoded = std::make_shared<Impl::Decoded>();
+    key.decoded->word.Resize(sizeof(int));
+  }
+  Impl::Decoded& decoded = *key.decoded;
+  decoded.done.Wait();  // the last decode's upload and error word are free (usually long done)
   if (!key.scratch.defined() || key.scratch.numel() != out->numel()) {
     // LibTorch's allocator may hand out memory that work queued on its stream still reads.
     key.scratch = torch::empty({out->numel()}, out->options());
@@ -141,13 +186,23 @@ bool DeviceCodecs::Decode(size_t i, const Payload& p, torch::Tensor* out) {
   // The scratch is free once the default stream has done the last decode's copy out of it.
   stream.After(*key.copied);
   // From pinned memory the payload goes up without a wait of its own (a pageable one is staged
-  // and waited for); the decode's final synchronisation covers the upload.
+  // and waited for).
   key.upload.Resize(p.bytes.size());
   if (!p.bytes.empty()) std::memcpy(key.upload.data(), p.bytes.data(), p.bytes.size());
-  key.decoder->Decode(key.upload.view(), out->numel(), key.scratch.data_ptr<float>(), stream.get());
-  cuda::CopyAsync(out->data_ptr<float>(), key.scratch.data_ptr<float>(),
-                  out->numel() * sizeof(float), nullptr);
+  const int* word = key.decoder->DecodeAsync(key.upload.view(), out->numel(),
+                                             key.scratch.data_ptr<float>(), stream.get());
+  cuda::CopyAsync(decoded.word.data(), word, sizeof(int), stream.get());
+  decoded.done.Record(stream.get());
+  // Into the destination on the default stream, after the decode, if it found no error.
+  decoded.done.Before(nullptr);
+  cuda::CopyFloatsIfClear(out->data_ptr<float>(), key.scratch.data_ptr<float>(), out->numel(), word,
+                          nullptr);
   key.copied->Record(nullptr);
+  if (later) {
+    later->Add([d = key.decoded, codec = p.codec] { d->Check(codec); });
+  } else {
+    decoded.Check(p.codec);
+  }
   return true;
 }
 
@@ -200,7 +255,7 @@ bool DeviceCodecs::Encode(size_t, const CodecSpec&, double, const compressors::C
                           const CudaMark*) {
   return false;
 }
-bool DeviceCodecs::Decode(size_t, const Payload&, torch::Tensor*) { return false; }
+bool DeviceCodecs::Decode(size_t, const Payload&, torch::Tensor*, DecodeChecks*) { return false; }
 void DeviceCodecs::CopyToHost(size_t, std::vector<torch::Tensor>* ts, const CudaMark*) {
   for (torch::Tensor& t : *ts) {
     if (!t.defined() || !t.is_cuda()) continue;

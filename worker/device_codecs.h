@@ -21,12 +21,16 @@
 // the call's gradients; without one, after everything queued so far), so its synchronisations
 // wait for the codec and not for the rest of backward or the next forward. A device decode
 // writes a scratch tensor on the side stream and queues its copy into the destination on the
-// default stream, so work queued there before it (reading the destination) comes first.
+// default stream, so work queued there before it (reading the destination) comes first; that
+// copy happens only if the decode's kernels found the payload well formed, so a caller may
+// check later (DecodeChecks) instead of waiting for the GPU in the call.
 // Thread-safety: Encode, Decode and CopyToHost of different keys (calls) may run concurrently.
 #include <torch/types.h>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -59,6 +63,21 @@ class CudaMark {
   std::unique_ptr<Impl> impl_;
 };
 
+// The checks of a call's device decodes that did not wait (StepCall::decoded). Check, before
+// the decoded tensors are used, waits for those decodes (by then usually done) and throws the
+// InvalidArgument of the first malformed payload; a malformed payload wrote nothing.
+// Thread-safety: Add from any thread; Check and Clear on one thread at a time.
+class DecodeChecks {
+ public:
+  void Add(std::function<void()> check);
+  void Check();  // runs the checks added since the last Check or Clear
+  void Clear();  // forgets them (a step whose results are dropped)
+
+ private:
+  std::mutex mu_;
+  std::vector<std::function<void()>> checks_;
+};
+
 class DeviceCodecs {
  public:
   DeviceCodecs();
@@ -77,8 +96,11 @@ class DeviceCodecs {
               const compressors::StepContext& ctx, compressors::Payload* out,
               const CudaMark* ready);
   // Decodes p into key i's tensor out when out is a large contiguous float32 CUDA tensor and
-  // p's codec has a device decoder. False: take the CPU path.
-  bool Decode(size_t i, const compressors::Payload& p, torch::Tensor* out);
+  // p's codec has a device decoder. False: take the CPU path. With `later`, returns without
+  // waiting for the GPU: the check of what its kernels found is added there, and out is
+  // written (on LibTorch's stream) only if they found the payload well formed.
+  bool Decode(size_t i, const compressors::Payload& p, torch::Tensor* out,
+              DecodeChecks* later = nullptr);
   // Replaces each defined CUDA tensor of *ts (a call's keys, the first of them key `first`)
   // by a pinned float32 host copy, complete on return: the copies queue on key first's side
   // stream after `ready` (null: after all work queued so far) with one wait for the lot. CPU

@@ -38,7 +38,7 @@ StepMetrics GrpcPsClient::PushPull(const StepCall& call, const std::vector<torch
         rpc_call.WritesDone();
         turn.Give();  // the next bucket's push goes out while this one is completed and pulled
         if (!call.wait) return ReadReply<proto::PushReply>(&rpc_call, what);
-        got = std::make_unique<ResultReader>(*codecs_, out, keys.begin, keys.end);
+        got = std::make_unique<ResultReader>(*codecs_, out, keys.begin, keys.end, call.decoded);
         const bool ok = got->Read(&rpc_call);
         transport::ThrowIfError(rpc_call.Finish(), what);
         GP_ENFORCE(ok && got->header().step() >= 0, what, ": server sent no result");

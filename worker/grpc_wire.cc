@@ -49,12 +49,13 @@ proto::PushHeader PushHeaderFor(const ClientOptions& opt, int64_t step, int64_t 
 }
 
 ResultReader::ResultReader(KeyCodecs& codecs, std::vector<torch::Tensor>* out, size_t begin,
-                           size_t end)
+                           size_t end, DecodeChecks* later)
     : codecs_(codecs),
       model_(codecs.model()),
       out_(out),
       begin_(begin),
       end_(end),
+      later_(later),
       expected_(model_.begin() + begin, model_.begin() + end),
       direct_(model_.size(), kNotDirect),
       assembler_(expected_) {}
@@ -111,7 +112,7 @@ double ResultReader::DecodeRest() {
     }
     GP_ENFORCE(r < rest.size() && rest[r].key == model_[i].key, "server sent no key '",
                model_[i].key, "'");
-    codecs_.Decode(i, rest[r++].payload, &(*out_)[i], &bytes_);
+    codecs_.Decode(i, rest[r++].payload, &(*out_)[i], &bytes_, later_);
   }
   GP_ENFORCE(r == rest.size(), "server sent ", rest.size() - r, " extra keys");
   return t.ElapsedMs();

@@ -40,7 +40,9 @@ proto::PushHeader PushHeaderFor(const ClientOptions& opt, int64_t step, int64_t 
 class ResultReader {
  public:
   // Expects the keys [begin, end) of the codecs' model (a bucket, or the whole model).
-  ResultReader(KeyCodecs& codecs, std::vector<torch::Tensor>* out, size_t begin, size_t end);
+  // later: device decodes are checked there (DeviceCodecs::Decode), not waited for.
+  ResultReader(KeyCodecs& codecs, std::vector<torch::Tensor>* out, size_t begin, size_t end,
+               DecodeChecks* later = nullptr);
   // False if the stream ended before its header (the call's status says why).
   bool Read(transport::RawCall* call);
   // Checks every key arrived whole and decodes the reassembled ones into out; decode ms.
@@ -55,6 +57,7 @@ class ResultReader {
   const std::vector<TensorSpec>& model_;
   std::vector<torch::Tensor>* out_;
   size_t begin_, end_;
+  DecodeChecks* later_;
   std::vector<TensorSpec> expected_;  // model[begin, end): the assembler points into it
   proto::PullHeader header_;
   std::vector<uint64_t> direct_;  // per key: bytes copied into out (kNotDirect: reassembled)

@@ -150,13 +150,14 @@ const Compressor& KeyCodecs::Decoder(const std::string& codec) {
   return *d;
 }
 
-void KeyCodecs::Decode(size_t i, const compressors::Payload& p, torch::Tensor* o, uint64_t* bytes) {
+void KeyCodecs::Decode(size_t i, const compressors::Payload& p, torch::Tensor* o, uint64_t* bytes,
+                       DecodeChecks* later) {
   GP_ENFORCE(p.shape == model_[i].shape, "server sent key '", model_[i].key, "' with shape ",
              ShapeToString(p.shape));
   *bytes += p.bytes.size();
   if (o->device().is_cpu() && o->scalar_type() == torch::kFloat32 && o->is_contiguous()) {
     Decoder(p.codec).DecodeTo(p.bytes, o->numel(), o->data_ptr<float>());  // in place
-  } else if (!device_.Decode(i, p, o)) {
+  } else if (!device_.Decode(i, p, o, later)) {
     torch::NoGradGuard no_grad;
     if (o->is_cuda()) {  // decoded into pinned memory, copied up without a wait
       torch::Tensor h = PinnedFloats(o->sizes());
@@ -169,7 +170,7 @@ void KeyCodecs::Decode(size_t i, const compressors::Payload& p, torch::Tensor* o
 }
 
 double KeyCodecs::DecodeAll(const std::vector<KeyPayload>& got, std::vector<torch::Tensor>* out,
-                            uint64_t* bytes, size_t begin, size_t end) {
+                            uint64_t* bytes, size_t begin, size_t end, DecodeChecks* later) {
   GP_ENFORCE(got.size() == end - begin, "server sent ", got.size(), " tensors for ", end - begin,
              " keys");
   Timer t;
@@ -177,7 +178,7 @@ double KeyCodecs::DecodeAll(const std::vector<KeyPayload>& got, std::vector<torc
     const KeyPayload& kp = got[i - begin];
     GP_ENFORCE(kp.key == model_[i].key, "server sent key '", kp.key, "' where '", model_[i].key,
                "' was expected");
-    Decode(i, kp.payload, &(*out)[i], bytes);
+    Decode(i, kp.payload, &(*out)[i], bytes, later);
   }
   return t.ElapsedMs();
 }

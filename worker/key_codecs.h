@@ -84,11 +84,13 @@ class KeyCodecs : public CodecState {
   // The shared decoder of a codec (thread-safe).
   const compressors::Compressor& Decoder(const std::string& codec);
   // Key i's payload into o (any device; in place for float32 host and CUDA tensors); checks
-  // the shape; adds its bytes to *bytes.
-  void Decode(size_t i, const compressors::Payload& p, torch::Tensor* o, uint64_t* bytes);
+  // the shape; adds its bytes to *bytes. later: device decodes are checked there
+  // (DeviceCodecs::Decode), not waited for here.
+  void Decode(size_t i, const compressors::Payload& p, torch::Tensor* o, uint64_t* bytes,
+              DecodeChecks* later = nullptr);
   // Payloads of keys [begin, end), in order, into out[begin, end); returns the decode ms.
   double DecodeAll(const std::vector<compressors::KeyPayload>& got, std::vector<torch::Tensor>* out,
-                   uint64_t* bytes, size_t begin, size_t end);
+                   uint64_t* bytes, size_t begin, size_t end, DecodeChecks* later = nullptr);
 
   std::string SaveState() const override;
   void LoadState(std::string_view state) override;

@@ -28,8 +28,9 @@
 namespace gradpress::worker {
 
 using compressors::TensorSpec;
-struct KeyPush;  // key_codecs.h
-class CudaMark;  // device_codecs.h
+struct KeyPush;      // key_codecs.h
+class CudaMark;      // device_codecs.h
+class DecodeChecks;  // device_codecs.h
 
 // One push of a set of keys for a step, and the pull of its result.
 struct StepCall {
@@ -41,6 +42,9 @@ struct StepCall {
   Uplink* uplink = nullptr;  // held while the push is encoded and written (uplink.h)
   // CUDA gradients: where backward completed them (device_codecs.h); null: all queued work.
   const CudaMark* ready = nullptr;
+  // CUDA results: device decodes add their checks here, for the caller to run before it uses
+  // `out` (device_codecs.h); null: each decode waits for its own.
+  DecodeChecks* decoded = nullptr;
   // Sharded servers' catch-up (sharded_ps_client.h): keep receives the call's pushes as
   // encoded (their tensors copied); encoded, pushes of an earlier call sent instead of
   // encoding grads.

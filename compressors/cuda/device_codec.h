@@ -8,6 +8,7 @@
 //   PinnedBytes payload;
 //   codec->Encode(d_grad, n, {"conv1.weight", step}, &payload, stream);  // payload.view()
 //   codec->Decode(payload.view(), n, d_out, stream);                      // d_out on the GPU
+//   const int* err = codec->DecodeAsync(payload.view(), n, d_out, stream);  // checked later
 //
 // Kernels exist for none, fp16, int8, qsgd, terngrad, onebit, topk, randomk, threshold,
 // gaussiank and dgc, a sparsifier followed by a quantizer ("topk+qsgd"), error feedback (its
@@ -17,6 +18,8 @@
 // Encode returns once the payload is in *out; Decode once out is written. Both throw
 // InvalidArgument: on NaN or Inf input where the CPU codec does, and on a truncated, extended
 // or malformed payload (found on the host or by the kernels, which never write out of range).
+// DecodeAsync returns without waiting: what the kernels find is left in a device word for the
+// caller to read once the stream has passed it (ReadErrorWord).
 // Thread-safety: one thread per instance (instances hold scratch buffers).
 #include <cstdint>
 #include <memory>
@@ -62,8 +65,14 @@ class DeviceCodec {
   // Encodes in[0..n) (device memory) into *out (pinned host memory).
   virtual void Encode(const float* in, int64_t n, const StepContext& ctx, PinnedBytes* out,
                       Stream stream) = 0;
-  // Decodes `bytes` (host memory; pinned is faster) into out[0..n) (device memory).
-  virtual void Decode(std::string_view bytes, int64_t n, float* out, Stream stream) = 0;
+  // Queues the decode of `bytes` (host memory; pinned is faster) into out[0..n) (device
+  // memory) on the stream; `bytes` must stay unchanged until the stream has done it. Returns
+  // the device word where the kernels record the first malformed content they find (a
+  // DecodeError; 0 when none), valid until this instance's next call. What the host finds
+  // malformed (sizes, header) throws at once.
+  virtual const int* DecodeAsync(std::string_view bytes, int64_t n, float* out, Stream stream) = 0;
+  // DecodeAsync, waited for: throws InvalidArgument "<codec>: <DecodeErrorText>" on an error.
+  void Decode(std::string_view bytes, int64_t n, float* out, Stream stream);
   // e[0..n) -= D(the last payload Encode wrote), on the device from the device copy of that
   // payload (error feedback: e holds p = g + e, and becomes p - D(C(p))).
   virtual void SubtractDecoded(float* e, int64_t n, Stream stream) = 0;
@@ -74,6 +83,9 @@ class DeviceCodec {
   // The fraction a sparsifier keeps (DGC's warm-up); false for a codec without one.
   virtual bool SetDensity(double /*ratio*/) { return false; }
 };
+
+// Waits for the stream and returns the error word's code (DecodeError).
+int ReadErrorWord(const int* word, Stream stream);
 
 // Builds the device codec of a spec (codec, its `then` quantizer, error_feedback), reading the
 // parameters as the CPU factory does: an unknown codec or parameter, a value out of range, or

@@ -57,7 +57,6 @@ class ErrorWord {
 
  private:
   int* word_ = nullptr;
-  int* host_ = nullptr;  // pinned
 };
 
 // Device copies of the jump tables (rng_logic.h), built once per process.

@@ -66,15 +66,10 @@ ErrorWord::ErrorWord() {
   void* d = nullptr;
   CheckCuda(cudaMalloc(&d, sizeof(int)), "cudaMalloc (error word)");
   word_ = static_cast<int*>(d);
-  void* h = nullptr;
-  CheckCuda(cudaHostAlloc(&h, sizeof(int), cudaHostAllocDefault), "cudaHostAlloc (error word)");
-  host_ = static_cast<int*>(h);
-  *host_ = 0;
 }
 
 ErrorWord::~ErrorWord() {
   if (word_) cudaFree(word_);
-  if (host_) cudaFreeHost(host_);
 }
 
 void ErrorWord::Clear(Stream stream) {
@@ -82,11 +77,21 @@ void ErrorWord::Clear(Stream stream) {
 }
 
 void ErrorWord::Check(Stream stream, const std::string& codec) {
-  CheckCuda(cudaMemcpyAsync(host_, word_, sizeof(int), cudaMemcpyDeviceToHost, stream),
+  const int code = ReadErrorWord(word_, stream);
+  GP_ENFORCE(code == kDecodeOk, codec, ": ", DecodeErrorText(code));
+}
+
+int ReadErrorWord(const int* word, Stream stream) {
+  int code = kDecodeOk;  // pageable: the copy returns once it is done, after the stream's work
+  CheckCuda(cudaMemcpyAsync(&code, word, sizeof(int), cudaMemcpyDeviceToHost, stream),
             "read error word");
   CheckCuda(cudaStreamSynchronize(stream), "synchronise codec stream");
-  const int code = *host_;
-  GP_ENFORCE(code == kDecodeOk, codec, ": ", DecodeErrorText(code));
+  return code;
+}
+
+void DeviceCodec::Decode(std::string_view bytes, int64_t n, float* out, Stream stream) {
+  const int code = ReadErrorWord(DecodeAsync(bytes, n, out, stream), stream);
+  GP_ENFORCE(code == kDecodeOk, Name(), ": ", DecodeErrorText(code));
 }
 
 // ---- jump tables -----------------------------------------------------------------------
@@ -187,8 +192,8 @@ class DeviceErrorFeedback : public DeviceCodec {
     inner_->SubtractDecoded(e, n, stream);
   }
 
-  void Decode(std::string_view bytes, int64_t n, float* out, Stream stream) override {
-    inner_->Decode(bytes, n, out, stream);
+  const int* DecodeAsync(std::string_view bytes, int64_t n, float* out, Stream stream) override {
+    return inner_->DecodeAsync(bytes, n, out, stream);
   }
 
   void SubtractDecoded(float* e, int64_t n, Stream stream) override {

@@ -1,6 +1,10 @@
 // StreamMark, SideStream (device_stream.h): CUDA events and non-blocking streams.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
+
+#include "compressors/cuda/decode_error.h"
 #include "compressors/cuda/device_parts.h"
 #include "compressors/cuda/device_stream.h"
 
@@ -45,11 +49,12 @@ SideStream::~SideStream() {
   if (stream_) cudaStreamDestroy(reinterpret_cast<cudaStream_t>(stream_));
 }
 
-void SideStream::After(const StreamMark& m) {
-  if (!m.recorded_) return;
-  CheckCuda(cudaStreamWaitEvent(AsStream(stream_), AsEvent(m.event_), 0),
-            "cudaStreamWaitEvent (side stream)");
+void StreamMark::Before(Stream stream) const {
+  if (!recorded_) return;
+  CheckCuda(cudaStreamWaitEvent(AsStream(stream), AsEvent(event_), 0), "cudaStreamWaitEvent");
 }
+
+void SideStream::After(const StreamMark& m) { m.Before(stream_); }
 
 void SideStream::AfterDefault() {
   now_.Record(nullptr);
@@ -64,6 +69,22 @@ void CopyAsync(void* dst, const void* src, size_t bytes, Stream stream) {
   if (bytes == 0) return;
   CheckCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, AsStream(stream)),
             "cudaMemcpyAsync");
+}
+
+namespace {
+__global__ void CopyIfClearKernel(float* dst, const float* src, int64_t n, const int* word) {
+  if (*word != kDecodeOk) return;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    dst[i] = src[i];
+}
+}  // namespace
+
+void CopyFloatsIfClear(float* dst, const float* src, int64_t n, const int* word, Stream stream) {
+  if (n <= 0) return;
+  const int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 2048));
+  CopyIfClearKernel<<<blocks, 256, 0, AsStream(stream)>>>(dst, src, n, word);
+  CheckCuda(cudaGetLastError(), "copy decoded floats");
 }
 
 }  // namespace gradpress::compressors::cuda

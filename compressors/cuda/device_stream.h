@@ -14,6 +14,7 @@
 // No LibTorch here. Thread-safety: one thread at a time per object; a mark recorded on one
 // thread may be waited for on another once the recording happened-before.
 #include <cstddef>
+#include <cstdint>
 
 #include "compressors/cuda/device_codec.h"
 
@@ -29,12 +30,14 @@ class StreamMark {
   void Record(Stream stream = nullptr);
   // Blocks the calling thread until the GPU has passed the mark; at once if never recorded.
   void Wait() const;
+  // Work queued on `stream` (nullptr: the legacy default stream) from now on starts after the
+  // GPU has passed the mark; no wait if never recorded.
+  void Before(Stream stream) const;
   bool recorded() const { return recorded_; }
   // Forgets the recording (the next Wait returns at once until Record).
   void Reset() { recorded_ = false; }
 
  private:
-  friend class SideStream;
   void* event_ = nullptr;  // cudaEvent_t
   bool recorded_ = false;
 };
@@ -56,6 +59,10 @@ class SideStream {
   Stream stream_ = nullptr;
   StreamMark now_;  // AfterDefault's mark
 };
+
+// Queues dst[0..n) = src[0..n) on `stream` (device memory), done only if the device word
+// `word` is 0 when the copy runs (a decode that found its payload malformed writes nothing).
+void CopyFloatsIfClear(float* dst, const float* src, int64_t n, const int* word, Stream stream);
 
 // Queues a copy of `bytes` bytes between host and device memory (either way, or device to
 // device) on `stream`; pinned host memory keeps it asynchronous.

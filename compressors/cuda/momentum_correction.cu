@@ -58,8 +58,8 @@ class DeviceMomentumCorrection : public DeviceCodec {
     }
   }
 
-  void Decode(std::string_view bytes, int64_t n, float* out, Stream stream) override {
-    inner_->Decode(bytes, n, out, stream);
+  const int* DecodeAsync(std::string_view bytes, int64_t n, float* out, Stream stream) override {
+    return inner_->DecodeAsync(bytes, n, out, stream);
   }
 
   void SubtractDecoded(float*, int64_t, Stream) override {

@@ -97,14 +97,13 @@ class QuantizerCodec : public DeviceCodec {
     last_n_ = n;
   }
 
-  void Decode(std::string_view bytes, int64_t n, float* out, Stream stream) override {
+  const int* DecodeAsync(std::string_view bytes, int64_t n, float* out, Stream stream) override {
     if (bytes.empty() || !IsPinned(bytes.data())) {
       // Pageable bytes are staged whole (UploadBytes); slicing gains nothing there.
       const uint8_t* dev = UploadBytes(bytes, &upload_, stream);
       error_.Clear(stream);
       q_->DecodeAsync(bytes, dev, n, out, error_.device(), stream);
-      error_.Check(stream, Name());
-      return;
+      return error_.device();
     }
     const std::vector<PayloadSlice> slices = q_->DecodeSlices(bytes, n);  // validates
     Prepare(slices.size());
@@ -132,7 +131,7 @@ class QuantizerCodec : public DeviceCodec {
       });
     });
     Join(stream);
-    error_.Check(stream, Name());
+    return error_.device();
   }
 
   void SubtractDecoded(float* e, int64_t n, Stream stream) override {

@@ -108,7 +108,8 @@ void DeviceSparsifier::Encode(const float* in, int64_t n, const StepContext& ctx
   last_n_ = n;
 }
 
-void DeviceSparsifier::Decode(std::string_view bytes, int64_t n, float* out, Stream stream) {
+const int* DeviceSparsifier::DecodeAsync(std::string_view bytes, int64_t n, float* out,
+                                         Stream stream) {
   const std::string name = Name();
   GP_ENFORCE(n >= 0 && n <= kMaxNumel, name, ": numel ", n, " is outside [0, 2^31-1]");
   GP_ENFORCE(bytes.size() <= static_cast<size_t>(kMaxNumel), name, ": a payload of ", bytes.size(),
@@ -179,7 +180,7 @@ void DeviceSparsifier::Decode(std::string_view bytes, int64_t n, float* out, Str
   } else if (k > 0) {
     ScatterAsync(pos, nullptr, dev + values_at, k, n, out, err, stream);
   }
-  err_.Check(stream, name);  // synchronises the stream: the scatter is done
+  return err;
 }
 
 void DeviceSparsifier::SubtractDecoded(float* e, int64_t n, Stream stream) {

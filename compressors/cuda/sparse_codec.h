@@ -9,8 +9,8 @@
 // sample keeps enough (the usual case: it speculates); otherwise also to read the survivor
 // count (the host decides retries and sizes), and, above 256 KiB of delta-coded values, the
 // varints' size.
-// Decode synchronises once, at the end: where a quantizer's payload follows delta varints,
-// the host finds it in its own copy of the payload.
+// DecodeAsync does not synchronise: where a quantizer's payload follows delta varints, the
+// host finds it in its own copy of the payload.
 // Thread-safety: one thread per instance.
 #include <memory>
 #include <string>
@@ -26,7 +26,7 @@ class DeviceSparsifier : public DeviceCodec {
   std::string Name() const override;
   void Encode(const float* in, int64_t n, const StepContext& ctx, PinnedBytes* out,
               Stream stream) override;
-  void Decode(std::string_view bytes, int64_t n, float* out, Stream stream) override;
+  const int* DecodeAsync(std::string_view bytes, int64_t n, float* out, Stream stream) override;
   void SubtractDecoded(float* e, int64_t n, Stream stream) override;
   void SaveState(std::string* out) const override;
   void LoadState(std::string_view in) override;

@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "common/byte_io.h"
 #include "common/config.h"
+#include "common/error.h"
 #include "compressors/registry.h"
 #include "tests/catch_torch.h"
 
@@ -90,6 +92,50 @@ TEST_CASE("KeyCodecs' payloads equal each key's codec and decode to its floats, 
           "[key_codecs][cuda]") {
   CheckDevice(torch::kCPU);
   if (torch::cuda::is_available()) CheckDevice(torch::Device(torch::kCUDA));
+}
+
+// A device decode that does not wait (DecodeChecks): a good payload is in the tensor once
+// checked; one whose index bytes only the kernels can find malformed writes nothing, and its
+// error comes from the check, not the call. Needs a GPU (the device path); skipped without.
+TEST_CASE("a deferred device decode writes a good payload and leaves a malformed one out",
+          "[key_codecs][cuda]") {
+  if (!torch::cuda::is_available()) return;
+  ClientOptions o;
+  o.push = ParseCodecShorthand("topk ratio=0.01");
+  KeyCodecs codecs(o);
+  codecs.SetModel(kModel, {});
+  const size_t big = kModel.size() - 1;
+  const torch::Tensor g = torch::randn(kModel[big].shape);
+  const auto cpu = compressors::MakeCompressor(o.push);
+  compressors::Payload p;
+  p.codec = cpu->Name();
+  p.shape = kModel[big].shape;
+  p.bytes = cpu->EncodeBytes(g.data_ptr<float>(), g.numel(), {"big", 0});
+  const std::vector<float> dense = cpu->DecodeBytes(p.bytes, g.numel());
+  const auto cuda = torch::TensorOptions(torch::kCUDA);
+
+  torch::Tensor out = torch::full(kModel[big].shape, 7.0f, cuda);
+  DecodeChecks later;
+  uint64_t bytes = 0;
+  codecs.Decode(big, p, &out, &bytes, &later);
+  later.Check();
+  const torch::Tensor got = out.cpu().contiguous();
+  CHECK(std::memcmp(got.data_ptr<float>(), dense.data(), dense.size() * sizeof(float)) == 0);
+
+  // Delta coding: u8 coding, varint k, the index varints, then 4k bytes of values. Index bytes
+  // all 0xff form no varint the kernels accept; the host sees only the sizes, which still fit.
+  ByteReader header(p.bytes, "topk payload");
+  REQUIRE(header.Get<uint8_t>("coding") == 0);
+  const auto k = static_cast<size_t>(header.GetVarint("k"));
+  REQUIRE(p.bytes.size() > header.position() + 4 * k);
+  for (size_t b = header.position(); b < p.bytes.size() - 4 * k; ++b) p.bytes[b] = '\xff';
+  torch::Tensor kept = torch::full(kModel[big].shape, 7.0f, cuda);
+  CHECK_NOTHROW(codecs.Decode(big, p, &kept, &bytes, &later));
+  CHECK_THROWS_AS(later.Check(), InvalidArgument);
+  CHECK(kept.eq(7.0f).all().item<bool>());
+  // Without `later` the same payload throws in the call.
+  CHECK_THROWS_AS(codecs.Decode(big, p, &kept, &bytes), InvalidArgument);
+  CHECK(kept.eq(7.0f).all().item<bool>());
 }
 
 }  // namespace
