@@ -15,6 +15,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "compressors/registry.h"
+#include "compressors/sparsifier.h"
 #include "tests/catch_torch.h"
 
 namespace gradpress::worker {
@@ -125,7 +126,7 @@ TEST_CASE("a deferred device decode writes a good payload and leaves a malformed
   // Delta coding: u8 coding, varint k, the index varints, then 4k bytes of values. Index bytes
   // all 0xff form no varint the kernels accept; the host sees only the sizes, which still fit.
   ByteReader header(p.bytes, "topk payload");
-  REQUIRE(header.Get<uint8_t>("coding") == 0);
+  REQUIRE(header.Get<uint8_t>("coding") == static_cast<uint8_t>(compressors::IndexCoding::kDelta));
   const auto k = static_cast<size_t>(header.GetVarint("k"));
   REQUIRE(p.bytes.size() > header.position() + 4 * k);
   for (size_t b = header.position(); b < p.bytes.size() - 4 * k; ++b) p.bytes[b] = '\xff';
