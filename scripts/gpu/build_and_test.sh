@@ -22,7 +22,9 @@
 #              extra worker arguments in TRAIN_ARGS (e.g. "--max-steps 1500"); then VGG11
 #              on synthetic CIFAR-shaped data for the methods in VGG_CONFIGS (e.g. "m5 m1"),
 #              VGG_STEPS steps each (default 100), with each worker count in VGG_WORKERS
-#              (default WORKERS: e.g. "2 1", two workers sharing the GPU, then one alone)
+#              (default WORKERS: e.g. "2 1", two workers sharing the GPU, then one alone);
+#              SERVER_THREADS sets the server's server.threads in every run (the config's
+#              otherwise; the run's name gets -s<N>)
 #   codecs     gradpress-bench codecs
 #   cudaprobe  scripts/gpu/cuda_codec_probe.cc: Encode/Decode on CUDA tensors
 #   transport  gradpress-bench transport
@@ -260,6 +262,11 @@ train_run() {
   local workers=${WORKERS:-2}
   name=$(sed -n 's/^name:[[:space:]]*\([^[:space:]#]*\).*/\1/p' "$SRC/$cfg")-$device
   [[ $workers == 2 ]] || name+=-w$workers
+  local server_sets=()
+  if [[ -n ${SERVER_THREADS:-} ]]; then
+    server_sets=(--set "server.threads=$SERVER_THREADS")
+    name+=-s$SERVER_THREADS
+  fi
   if [[ ! -x $BUILD/worker/gradpress-worker ]] || ((t == 0)); then
     note "$tag" "$name skipped"
     return
@@ -269,7 +276,7 @@ train_run() {
   local sets=(--set "dataset.path=${RUN_DATA:-$DATA}" --set "device=$device"
     --set "train.epochs=$EPOCHS")
   echo "== $cfg ${sets[*]} $* -> $run_dir (limit ${t}s)"
-  gp_env "$BUILD/server/gradpress-server" --config "$SRC/$cfg" "${sets[@]}" \
+  gp_env "$BUILD/server/gradpress-server" --config "$SRC/$cfg" "${sets[@]}" "${server_sets[@]}" \
     --listen 127.0.0.1:0 --workers "$workers" --log-file "$run_dir/server.log" >"$run_dir/server.out" 2>&1 &
   server_pid=$!
   for _ in $(seq 300); do

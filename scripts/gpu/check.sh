@@ -30,7 +30,8 @@
 #           calls and kernel times -> profile.txt (skipped without nsys)
 #   full    only with FULL=1: the LibTorch build and training runs of docs/gpu.md
 #           (build_and_test.sh; FULL_STAGES, BUILD_TARGETS, EPOCHS, TRAIN_CONFIGS,
-#           VGG_CONFIGS, VGG_STEPS, VGG_WORKERS pass through), full/medians.txt, key_codecs.log
+#           VGG_CONFIGS, VGG_STEPS, VGG_WORKERS, SERVER_THREADS pass through), full/medians.txt,
+#           key_codecs.log
 # Environment: OUT, BUDGET_S, JOBS (16), BUILD_DIR (build-gpu-cuda), NVCC, FULL, and STAGES
 # (a comma-separated subset of the stages, in order; all by default).
 # shellcheck disable=SC2317  # the stage_* functions are called indirectly, as "stage_$stage"
