@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "common/error.h"
@@ -66,6 +67,7 @@ void CudaMark::Reset() {
 void CudaMark::Wait() const {
   if (impl_->mark) impl_->mark->Wait();
 }
+bool CudaMark::Passed() const { return !impl_->mark || impl_->mark->Passed(); }
 bool CudaMark::recorded() const { return impl_->mark && impl_->mark->recorded(); }
 
 struct DeviceCodecs::Impl {
@@ -85,8 +87,9 @@ struct DeviceCodecs::Impl {
     std::unique_ptr<cuda::DeviceCodec> codec;
     bool host_only = false;     // no device kernel for its spec: never tried again
     cuda::PinnedBytes payload;  // the last encode's
-    cuda::PinnedBytes upload;   // the payload being decoded
-    std::string decoder_name;   // the codec `decoder` decodes, or one without a device decoder
+    std::optional<std::vector<int64_t>> encoding;  // the shape of an encode not yet finished
+    cuda::PinnedBytes upload;                      // the payload being decoded
+    std::string decoder_name;  // the codec `decoder` decodes, or one without a device decoder
     std::unique_ptr<cuda::DeviceCodec> decoder;
     torch::Tensor scratch;  // a device decode's output, copied into the destination
     std::unique_ptr<cuda::StreamMark> copied;  // that copy, queued on the default stream
@@ -129,10 +132,10 @@ void DeviceCodecs::Reset(size_t keys) {
   for (size_t i = 0; i < keys; ++i) impl_->keys.push_back(std::make_unique<Impl::Key>());
 }
 
-bool DeviceCodecs::Encode(size_t i, const CodecSpec& spec, double momentum,
-                          const compressors::Compressor& state_from, const torch::Tensor& g,
-                          const compressors::StepContext& ctx, Payload* out,
-                          const CudaMark* ready) {
+bool DeviceCodecs::EncodeAsync(size_t i, const CodecSpec& spec, double momentum,
+                               const compressors::Compressor& state_from, const torch::Tensor& g,
+                               const compressors::StepContext& ctx, const CudaMark* ready,
+                               const std::function<void()>& wait_ready) {
   if (!OnDevice(g) || i >= impl_->keys.size()) return false;
   Impl::Key& key = *impl_->keys[i];
   if (key.host_only) return false;
@@ -150,13 +153,26 @@ bool DeviceCodecs::Encode(size_t i, const CodecSpec& spec, double momentum,
     key.codec->LoadState(state);
     if (impl_->density > 0) key.codec->SetDensity(impl_->density);
   }
+  GP_ENFORCE_AS(Internal, !key.encoding, "DeviceCodecs: key ", i,
+                " encoded again before its EncodeFinish");
+  if (!key.codec->QueuesWithoutWait(g.numel())) wait_ready();  // its waits: the codec's alone
   cuda::SideStream& stream = key.StreamAfter(ready);
-  key.codec->Encode(g.data_ptr<float>(), g.numel(), ctx, &key.payload, stream.get());
+  key.codec->EncodeAsync(g.data_ptr<float>(), g.numel(), ctx, &key.payload, stream.get());
+  key.encoding = g.sizes().vec();
+  return true;
+}
+
+void DeviceCodecs::EncodeFinish(size_t i, Payload* out) {
+  GP_ENFORCE_AS(Internal, i < impl_->keys.size() && impl_->keys[i]->encoding,
+                "DeviceCodecs: EncodeFinish(", i, ") without EncodeAsync");
+  Impl::Key& key = *impl_->keys[i];
+  std::vector<int64_t> shape = std::move(*key.encoding);
+  key.encoding.reset();
+  key.codec->EncodeFinish();
   out->codec = key.codec->Name();
-  out->shape = g.sizes().vec();
+  out->shape = std::move(shape);
   out->dtype = compressors::DType::kFloat32;
   out->bytes.assign(key.payload.data(), key.payload.size());
-  return true;
 }
 
 bool DeviceCodecs::Decode(size_t i, const Payload& p, torch::Tensor* out, DecodeChecks* later) {
@@ -244,16 +260,20 @@ CudaMark::~CudaMark() = default;
 void CudaMark::Record() {}
 void CudaMark::Reset() {}
 void CudaMark::Wait() const {}
+bool CudaMark::Passed() const { return true; }
 bool CudaMark::recorded() const { return false; }
 
 struct DeviceCodecs::Impl {};
 DeviceCodecs::DeviceCodecs() = default;
 DeviceCodecs::~DeviceCodecs() = default;
 void DeviceCodecs::Reset(size_t) {}
-bool DeviceCodecs::Encode(size_t, const CodecSpec&, double, const compressors::Compressor&,
-                          const torch::Tensor&, const compressors::StepContext&, Payload*,
-                          const CudaMark*) {
+bool DeviceCodecs::EncodeAsync(size_t, const CodecSpec&, double, const compressors::Compressor&,
+                               const torch::Tensor&, const compressors::StepContext&,
+                               const CudaMark*, const std::function<void()>&) {
   return false;
+}
+void DeviceCodecs::EncodeFinish(size_t i, Payload*) {
+  GP_ENFORCE_AS(Internal, false, "DeviceCodecs: EncodeFinish(", i, ") in a build without CUDA");
 }
 bool DeviceCodecs::Decode(size_t, const Payload&, torch::Tensor*, DecodeChecks*) { return false; }
 void DeviceCodecs::CopyToHost(size_t, std::vector<torch::Tensor>* ts, const CudaMark*) {

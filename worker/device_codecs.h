@@ -5,13 +5,14 @@
 // payloads are the CPU codecs' (a CPU worker, the server and this path read each other's).
 //
 //   DeviceCodecs dev;
-//   if (dev.Encode(i, spec, cpu_codec, grad, {key, step}, &payload, ready)) ...;  // else: CPU
-//   if (dev.Decode(i, payload, &out_tensor)) ...;                                  // else: CPU
+//   if (dev.EncodeAsync(i, spec, 0, cpu_codec, grad, {key, step}, ready))  // else: CPU
+//     ...; ready->Wait(); dev.EncodeFinish(i, &payload);
+//   if (dev.Decode(i, payload, &out_tensor)) ...;                           // else: CPU
 //
 // Key i's device codec is made on its first CUDA gradient, from the CPU codec's checkpoint
 // state (the formats are the same), so a resumed job continues its residuals and RNG streams
 // on the GPU. A codec without a device kernel (powersgd, signum) and builds without nvcc keep
-// the CPU path: Encode / Decode return false. So do tensors under
+// the CPU path: EncodeAsync / Decode return false. So do tensors under
 // kDeviceMinNumel elements: each device call launches several kernels and synchronises a few
 // times, which costs more than the host path's copy and encode for small tensors; the host path
 // copies a call's CUDA tensors to pinned memory in one batch (CopyToHost) and decoded tensors
@@ -52,9 +53,10 @@ class CudaMark {
   ~CudaMark();
   CudaMark(const CudaMark&) = delete;
   CudaMark& operator=(const CudaMark&) = delete;
-  void Record();      // marks the work queued so far on the legacy default stream
-  void Reset();       // unrecorded again (a new step)
-  void Wait() const;  // blocks until the GPU has passed the mark
+  void Record();        // marks the work queued so far on the legacy default stream
+  void Reset();         // unrecorded again (a new step)
+  void Wait() const;    // blocks until the GPU has passed the mark
+  bool Passed() const;  // whether it has, without waiting (true when unrecorded)
   bool recorded() const;
 
  private:
@@ -87,14 +89,18 @@ class DeviceCodecs {
 
   // Sizes the per-key table (Register); drops every device codec.
   void Reset(size_t keys);
-  // Encodes key i's gradient g on the device with `spec` (the key's codec, inside DGC's
-  // momentum correction when momentum > 0; `state_from` is its CPU codec, whose state a new
-  // device codec starts from), after `ready` (null: after all work queued so far). False:
-  // take the CPU path.
-  bool Encode(size_t i, const CodecSpec& spec, double momentum,
-              const compressors::Compressor& state_from, const torch::Tensor& g,
-              const compressors::StepContext& ctx, compressors::Payload* out,
-              const CudaMark* ready);
+  // Queues the encode of key i's gradient g on the device with `spec` (the key's codec, inside
+  // DGC's momentum correction when momentum > 0; `state_from` is its CPU codec, whose state a
+  // new device codec starts from), after `ready` (null: after all work queued so far). A codec
+  // that must read a size from the GPU to queue its work (a survivor count) calls wait_ready
+  // first (which waits for `ready`). False: take the CPU path. True: call EncodeFinish(i) next
+  // (g and ctx.key stay valid until then).
+  bool EncodeAsync(size_t i, const CodecSpec& spec, double momentum,
+                   const compressors::Compressor& state_from, const torch::Tensor& g,
+                   const compressors::StepContext& ctx, const CudaMark* ready,
+                   const std::function<void()>& wait_ready);
+  // Waits for key i's queued encode and writes its payload into *out.
+  void EncodeFinish(size_t i, compressors::Payload* out);
   // Decodes p into key i's tensor out when out is a large contiguous float32 CUDA tensor and
   // p's codec has a device decoder. False: take the CPU path. With `later`, returns without
   // waiting for the GPU: the check of what its kernels found is added there, and out is

@@ -2,6 +2,7 @@
 #include "worker/key_codecs.h"
 
 #include <algorithm>
+#include <exception>
 
 #include "common/byte_io.h"
 #include "common/error.h"
@@ -108,23 +109,49 @@ std::vector<KeyPush> KeyCodecs::Encode(int64_t step, const std::vector<torch::Te
                                        size_t begin, size_t end, StepMetrics* m,
                                        const CudaMark* ready) {
   CheckTensors(grads, "push", begin, end);
-  if (ready) ready->Wait();  // the GPU has the gradients: what follows is the codecs' time
-  Timer t;
+  Timer call;
   std::vector<KeyPush> pushes(end - begin);
-  // Large CUDA gradients are encoded on the device first; every other gradient is encoded on
-  // the host, the CUDA ones after one batch of copies to pinned memory (CopyToHost: one wait
-  // for the lot, not one synchronising copy per tensor).
+  // Large CUDA gradients are encoded on the device: their work is queued first, behind `ready`,
+  // so the GPU starts it as soon as backward gets there. Every other gradient is encoded on the
+  // host, the CUDA ones after one batch of copies to pinned memory (CopyToHost: one wait for
+  // the lot, not one synchronising copy per tensor).
   std::vector<torch::Tensor> host(end - begin);
-  for (size_t i = begin; i < end; ++i) {
-    KeyPush& p = pushes[i - begin];
-    p.payload.key = model_[i].key;
-    const compressors::StepContext ctx{model_[i].key, step};
-    const bool device = !push_[i]->IsLossless() &&
-                        device_.Encode(i, Compressed(i) ? SpecOf(i) : CodecSpec{},
-                                       Compressed(i) ? momentum_correction_ : 0.0, *push_[i],
-                                       grads[i], ctx, &p.payload.payload, ready);
-    if (!device) host[i - begin] = grads[i].detach();
+  std::vector<size_t> queued;  // device encodes awaiting EncodeFinish
+  // Where the codecs' time starts: once the GPU has the gradients. Queueing done before it got
+  // to `ready` overlapped backward; if it was there already, the whole call counts.
+  double mark_ms = -1;
+  const auto wait_ready = [&] {
+    if (mark_ms >= 0) return;
+    const bool overlapped = ready && !ready->Passed();
+    if (ready) ready->Wait();
+    mark_ms = overlapped ? call.ElapsedMs() : 0;
+  };
+  std::exception_ptr error;
+  try {
+    for (size_t i = begin; i < end; ++i) {
+      pushes[i - begin].payload.key = model_[i].key;
+      const bool device = !push_[i]->IsLossless() &&
+                          device_.EncodeAsync(i, Compressed(i) ? SpecOf(i) : CodecSpec{},
+                                              Compressed(i) ? momentum_correction_ : 0.0, *push_[i],
+                                              grads[i], {model_[i].key, step}, ready, wait_ready);
+      if (device) {
+        queued.push_back(i);
+      } else {
+        host[i - begin] = grads[i].detach();
+      }
+    }
+  } catch (...) {
+    error = std::current_exception();
   }
+  wait_ready();
+  for (size_t i : queued) {  // each one finished, also after a failure (its codec's state)
+    try {
+      device_.EncodeFinish(i, &pushes[i - begin].payload.payload);
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
   device_.CopyToHost(begin, &host, ready);
   for (size_t i = begin; i < end; ++i) {
     KeyPush& p = pushes[i - begin];
@@ -139,7 +166,7 @@ std::vector<KeyPush> KeyCodecs::Encode(int64_t step, const std::vector<torch::Te
     if (g.defined()) p.payload.payload = push_[i]->Encode(g, {model_[i].key, step});
     m->bytes_up += p.payload.payload.bytes.size();
   }
-  m->encode_ms += t.ElapsedMs();
+  m->encode_ms += call.ElapsedMs() - mark_ms;
   return pushes;
 }
 

@@ -78,7 +78,9 @@ class KeyCodecs : public CodecState {
                     size_t end = ~size_t{0}) const;
 
   // Keys [begin, end) of grads encoded by their push codecs; adds bytes_up and encode_ms.
-  // CUDA gradients: ready marks where backward completed them (null: wait for all queued work).
+  // CUDA gradients: ready marks where backward completed them (null: wait for all queued work);
+  // device encodes are queued behind it at once, and encode_ms counts from where the GPU got
+  // there (the whole call if it already had).
   std::vector<KeyPush> Encode(int64_t step, const std::vector<torch::Tensor>& grads, size_t begin,
                               size_t end, StepMetrics* m, const CudaMark* ready = nullptr);
   // The shared decoder of a codec (thread-safe).

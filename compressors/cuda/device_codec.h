@@ -62,9 +62,19 @@ class DeviceCodec {
   virtual ~DeviceCodec() = default;
   // Payload::codec of what Encode writes: "topk", "topk+qsgd".
   virtual std::string Name() const = 0;
-  // Encodes in[0..n) (device memory) into *out (pinned host memory).
-  virtual void Encode(const float* in, int64_t n, const StepContext& ctx, PinnedBytes* out,
-                      Stream stream) = 0;
+  // Encodes in[0..n) (device memory) into *out (pinned host memory): EncodeAsync, then
+  // EncodeFinish.
+  void Encode(const float* in, int64_t n, const StepContext& ctx, PinnedBytes* out, Stream stream);
+  // The encode in two halves. EncodeAsync queues its work on the stream, waiting only where
+  // the host must learn a size first (a sparsifier that cannot guess its survivor count);
+  // EncodeFinish waits for it and completes *out (and the codec's state), throwing what Encode
+  // throws. Between them the caller may wait for something else, such as the point the
+  // stream's work waits for; in, out, ctx.key and the stream stay valid until EncodeFinish.
+  virtual void EncodeAsync(const float* in, int64_t n, const StepContext& ctx, PinnedBytes* out,
+                           Stream stream) = 0;
+  virtual void EncodeFinish() = 0;
+  // Whether EncodeAsync of n elements queues all of its work without waiting for the stream.
+  virtual bool QueuesWithoutWait(int64_t /*n*/) const { return true; }
   // Queues the decode of `bytes` (host memory; pinned is faster) into out[0..n) (device
   // memory) on the stream; `bytes` must stay unchanged until the stream has done it. Returns
   // the device word where the kernels record the first malformed content they find (a

@@ -89,6 +89,12 @@ int ReadErrorWord(const int* word, Stream stream) {
   return code;
 }
 
+void DeviceCodec::Encode(const float* in, int64_t n, const StepContext& ctx, PinnedBytes* out,
+                         Stream stream) {
+  EncodeAsync(in, n, ctx, out, stream);
+  EncodeFinish();
+}
+
 void DeviceCodec::Decode(std::string_view bytes, int64_t n, float* out, Stream stream) {
   const int code = ReadErrorWord(DecodeAsync(bytes, n, out, stream), stream);
   GP_ENFORCE(code == kDecodeOk, Name(), ": ", DecodeErrorText(code));
@@ -172,8 +178,8 @@ class DeviceErrorFeedback : public DeviceCodec {
   explicit DeviceErrorFeedback(std::unique_ptr<DeviceCodec> inner) : inner_(std::move(inner)) {}
   std::string Name() const override { return inner_->Name(); }
 
-  void Encode(const float* in, int64_t n, const StepContext& ctx, PinnedBytes* out,
-              Stream stream) override {
+  void EncodeAsync(const float* in, int64_t n, const StepContext& ctx, PinnedBytes* out,
+                   Stream stream) override {
     if (n_ < 0) {
       float* e = residual_.as<float>(std::max<int64_t>(n, 1));
       CheckCuda(cudaMemsetAsync(e, 0, n * sizeof(float), stream), "zero residual");
@@ -188,8 +194,15 @@ class DeviceErrorFeedback : public DeviceCodec {
       AddInto<<<blocks, 256, 0, stream>>>(in, e, n);
       CheckCuda(cudaGetLastError(), "error feedback: add residual");
     }
-    inner_->Encode(e, n, ctx, out, stream);
-    inner_->SubtractDecoded(e, n, stream);
+    inner_->EncodeAsync(e, n, ctx, out, stream);
+  }
+
+  bool QueuesWithoutWait(int64_t n) const override { return inner_->QueuesWithoutWait(n); }
+
+  void EncodeFinish() override {
+    inner_->EncodeFinish();
+    // e - D(C(e)), queued on the encode's stream (SubtractDecoded reads the finished payload).
+    inner_->SubtractDecoded(residual_.as<float>(std::max<int64_t>(n_, 1)), n_, stream_);
   }
 
   const int* DecodeAsync(std::string_view bytes, int64_t n, float* out, Stream stream) override {

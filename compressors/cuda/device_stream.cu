@@ -49,6 +49,14 @@ SideStream::~SideStream() {
   if (stream_) cudaStreamDestroy(reinterpret_cast<cudaStream_t>(stream_));
 }
 
+bool StreamMark::Passed() const {
+  if (!recorded_) return true;
+  const cudaError_t e = cudaEventQuery(AsEvent(event_));
+  if (e == cudaErrorNotReady) return false;
+  CheckCuda(e, "cudaEventQuery (mark)");
+  return true;
+}
+
 void StreamMark::Before(Stream stream) const {
   if (!recorded_) return;
   CheckCuda(cudaStreamWaitEvent(AsStream(stream), AsEvent(event_), 0), "cudaStreamWaitEvent");

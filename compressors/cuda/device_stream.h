@@ -30,6 +30,8 @@ class StreamMark {
   void Record(Stream stream = nullptr);
   // Blocks the calling thread until the GPU has passed the mark; at once if never recorded.
   void Wait() const;
+  // Whether the GPU has passed the mark (true if never recorded), without waiting.
+  bool Passed() const;
   // Work queued on `stream` (nullptr: the legacy default stream) from now on starts after the
   // GPU has passed the mark; no wait if never recorded.
   void Before(Stream stream) const;

@@ -38,8 +38,8 @@ class DeviceMomentumCorrection : public DeviceCodec {
       : inner_(std::move(inner)), decoder_(MakeDeviceDecoder(inner_->Name())), m_(momentum) {}
   std::string Name() const override { return inner_->Name(); }
 
-  void Encode(const float* in, int64_t n, const StepContext& ctx, PinnedBytes* out,
-              Stream stream) override {
+  void EncodeAsync(const float* in, int64_t n, const StepContext& ctx, PinnedBytes* out,
+                   Stream stream) override {
     if (n_ < 0) Zero(n, stream);
     GP_ENFORCE(n == n_, Name(), " with momentum correction: tensor has ", n,
                " elements, the state ", n_);
@@ -48,12 +48,20 @@ class DeviceMomentumCorrection : public DeviceCodec {
       AccumulateKernel<<<GridFor(n), kBlockThreads, 0, AsCuda(stream)>>>(in, U(), V(), n, m_);
       CheckCuda(cudaGetLastError(), "momentum correction: accumulate");
     }
-    inner_->Encode(V(), n, ctx, out, stream);
+    inner_->EncodeAsync(V(), n, ctx, out, stream);
+    out_ = out;
+  }
+
+  bool QueuesWithoutWait(int64_t n) const override { return inner_->QueuesWithoutWait(n); }
+
+  void EncodeFinish() override {
+    inner_->EncodeFinish();
     // What the receivers decode, from the pinned payload: v loses it, u where it is nonzero.
+    const int64_t n = n_;
     float* sent = sent_.as<float>(std::max<int64_t>(n, 1));
-    decoder_->Decode(out->view(), n, sent, stream);
+    decoder_->Decode(out_->view(), n, sent, stream_);
     if (n > 0) {
-      SentKernel<<<GridFor(n), kBlockThreads, 0, AsCuda(stream)>>>(sent, U(), V(), n);
+      SentKernel<<<GridFor(n), kBlockThreads, 0, AsCuda(stream_)>>>(sent, U(), V(), n);
       CheckCuda(cudaGetLastError(), "momentum correction: subtract the sent part");
     }
   }
@@ -115,8 +123,9 @@ class DeviceMomentumCorrection : public DeviceCodec {
   std::unique_ptr<DeviceCodec> inner_, decoder_;
   float m_;
   DeviceBytes state_, sent_;
-  int64_t n_ = -1;           // fixed by the first encode (or a loaded state)
-  Stream stream_ = nullptr;  // the last encode's, where u and v's updates are queued
+  int64_t n_ = -1;              // fixed by the first encode (or a loaded state)
+  Stream stream_ = nullptr;     // the last encode's, where u and v's updates are queued
+  PinnedBytes* out_ = nullptr;  // the payload of the encode EncodeFinish completes
 };
 
 }  // namespace

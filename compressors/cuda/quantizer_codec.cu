@@ -66,8 +66,8 @@ class QuantizerCodec : public DeviceCodec {
   }
   std::string Name() const override { return q_->Name(); }
 
-  void Encode(const float* in, int64_t n, const StepContext& ctx, PinnedBytes* out,
-              Stream stream) override {
+  void EncodeAsync(const float* in, int64_t n, const StepContext& ctx, PinnedBytes* out,
+                   Stream stream) override {
     const size_t size = q_->EncodedBytes(n);
     uint8_t* dev = payload_.as<uint8_t>(std::max<size_t>(size, 1));
     const std::vector<PayloadSlice> slices = q_->EncodeSlices(n);
@@ -93,7 +93,15 @@ class QuantizerCodec : public DeviceCodec {
       });
     });
     Join(stream);
-    error_.Check(stream, Name());  // synchronises the stream, which waited for the copies
+    pending_n_ = n;
+    pending_stream_ = stream;
+  }
+
+  void EncodeFinish() override {
+    GP_ENFORCE_AS(Internal, pending_n_ >= 0, Name(), ": EncodeFinish without EncodeAsync");
+    const int64_t n = pending_n_;
+    pending_n_ = -1;
+    error_.Check(pending_stream_, Name());  // synchronises the stream, which waited for the copies
     last_n_ = n;
   }
 
@@ -177,6 +185,8 @@ class QuantizerCodec : public DeviceCodec {
   DeviceBytes payload_, upload_;
   ErrorWord error_;
   int64_t last_n_ = -1;
+  int64_t pending_n_ = -1;  // an encode queued by EncodeAsync, not yet finished
+  Stream pending_stream_ = nullptr;
   cudaStream_t copy_ = nullptr;
   cudaEvent_t joined_ = nullptr;
   std::vector<cudaEvent_t> events_;

@@ -20,6 +20,7 @@ constexpr int64_t kMaxVarintBytes = 10;
 // The most bytes a delta encode copies and moves beyond its payload (4 per index, the varints'
 // bound over their least, and the values) to save a wait: ~20 us of host memmove.
 constexpr int64_t kOneWaitBytes = int64_t{256} << 10;
+bool OneWait(int64_t k, int64_t value_size) { return 4 * k + value_size <= kOneWaitBytes; }
 
 }  // namespace
 
@@ -29,83 +30,104 @@ DeviceSparsifier::DeviceSparsifier(std::string name, IndexCoding coding,
 
 std::string DeviceSparsifier::Name() const { return then_ ? name_ + "+" + then_->Name() : name_; }
 
-void DeviceSparsifier::Encode(const float* in, int64_t n, const StepContext& ctx, PinnedBytes* out,
-                              Stream stream) {
+void DeviceSparsifier::EncodeAsync(const float* in, int64_t n, const StepContext& ctx,
+                                   PinnedBytes* out, Stream stream) {
   const std::string name = Name();
   GP_ENFORCE(n >= 0 && n <= kMaxNumel, name, ": tensors above 2^31-1 elements ",
              "are not supported by int32 indices (numel ", n, ")");
   last_n_ = -1;
+  pending_ = Pending{};
+  Pending& p = pending_;
+  p.in = in;
+  p.n = n;
+  p.ctx = ctx;
+  p.out = out;
+  p.stream = stream;
   // The state a speculating Select advances, restored when its guess missed.
-  std::string own, quantizer;
   if (speculate_) {
-    SaveOwnState(&own);
-    if (then_) then_->SaveState(&quantizer);
+    SaveOwnState(&p.own);
+    if (then_) then_->SaveState(&p.quantizer);
   }
   err_.Clear(stream);
-  const Kept kept = Select(in, n, ctx, stream);
+  p.kept = Select(in, n, ctx, stream);
 
   std::string head;
   ByteWriter w(&head);
   w.Put<uint8_t>(static_cast<uint8_t>(coding_));
-  w.PutVarint(static_cast<uint64_t>(kept.k));
-  if (coding_ == IndexCoding::kSeeded) w.Put<uint64_t>(kept.seed);
+  w.PutVarint(static_cast<uint64_t>(p.kept.k));
+  if (coding_ == IndexCoding::kSeeded) w.Put<uint64_t>(p.kept.seed);
 
-  const uint8_t* value_bytes = reinterpret_cast<const uint8_t*>(kept.values);
-  auto value_size = static_cast<int64_t>(4 * kept.k);
+  const uint8_t* value_bytes = reinterpret_cast<const uint8_t*>(p.kept.values);
+  p.value_size = static_cast<int64_t>(4 * p.kept.k);
   if (then_) {
     // An aligned buffer of its own: the quantizer's payload starts at any byte of ours.
-    value_size = static_cast<int64_t>(then_->EncodedBytes(kept.k));
-    uint8_t* q = quantized_.as<uint8_t>(std::max<int64_t>(value_size, 1));
-    then_->EncodeAsync(kept.values, kept.k, ctx, q, err_.device(), stream);
+    p.value_size = static_cast<int64_t>(then_->EncodedBytes(p.kept.k));
+    uint8_t* q = quantized_.as<uint8_t>(std::max<int64_t>(p.value_size, 1));
+    then_->EncodeAsync(p.kept.values, p.kept.k, ctx, q, err_.device(), stream);
     value_bytes = q;
   }
   const uint8_t* index_bytes = nullptr;
-  int64_t index_size = 0;  // the bytes copied down: for `moved` delta varints, their bound
-  bool moved = false;      // the values move down to the varints' end after the final wait
   if (coding_ == IndexCoding::kInt32) {
-    index_bytes = reinterpret_cast<const uint8_t*>(kept.indices);
-    index_size = 4 * kept.k;
-  } else if (coding_ == IndexCoding::kDelta && kept.k > 0) {
-    index_bytes = delta_.Encode(kept.indices, kept.k, stream);
+    index_bytes = reinterpret_cast<const uint8_t*>(p.kept.indices);
+    p.index_size = 4 * p.kept.k;
+  } else if (coding_ == IndexCoding::kDelta && p.kept.k > 0) {
+    index_bytes = delta_.Encode(p.kept.indices, p.kept.k, stream);
     // The varints' size is known once the stream has run. Copying their bound (5k bytes) and
     // moving the values down afterwards saves a wait; for large payloads the extra copy and
     // the move cost more than the wait.
-    moved = 4 * kept.k + value_size <= kOneWaitBytes;
-    index_size = moved ? 5 * kept.k : delta_.Wait(stream);
+    p.moved = OneWait(p.kept.k, p.value_size);
+    p.index_size = p.moved ? 5 * p.kept.k : delta_.Wait(stream);
   }
 
-  out->Resize(head.size() + static_cast<size_t>(index_size + value_size));
+  p.head = head.size();
+  out->Resize(p.head + static_cast<size_t>(p.index_size + p.value_size));
   std::memcpy(out->data(), head.data(), head.size());
-  char* dst = out->data() + head.size();
-  if (index_size > 0)
-    CheckCuda(cudaMemcpyAsync(dst, index_bytes, static_cast<size_t>(index_size),
+  char* dst = out->data() + p.head;
+  if (p.index_size > 0)
+    CheckCuda(cudaMemcpyAsync(dst, index_bytes, static_cast<size_t>(p.index_size),
                               cudaMemcpyDeviceToHost, stream),
               "sparsifier: copy indices");
-  if (value_size > 0)
-    CheckCuda(cudaMemcpyAsync(dst + index_size, value_bytes, static_cast<size_t>(value_size),
+  if (p.value_size > 0)
+    CheckCuda(cudaMemcpyAsync(dst + p.index_size, value_bytes, static_cast<size_t>(p.value_size),
                               cudaMemcpyDeviceToHost, stream),
               "sparsifier: copy values");
-  err_.Check(stream, name);  // synchronises the stream, which queued the copies before it
-  if (selector_.Missed()) {  // fewer survivors than k, or more than the buffer held
-    LoadOwnState(own);
-    if (then_) then_->LoadState(quantizer);
+  p.queued = true;
+}
+
+bool DeviceSparsifier::QueuesWithoutWait(int64_t n) const {
+  if (!speculate_) return false;  // Select reads its survivor count
+  const int64_t k = KnownK(n);
+  if (k < 0) return false;
+  if (coding_ != IndexCoding::kDelta || k == 0) return true;
+  return OneWait(k, then_ ? static_cast<int64_t>(then_->EncodedBytes(k)) : 4 * k);
+}
+
+void DeviceSparsifier::EncodeFinish() {
+  GP_ENFORCE_AS(Internal, pending_.queued, Name(), ": EncodeFinish without EncodeAsync");
+  Pending p = std::move(pending_);
+  pending_ = Pending{};
+  err_.Check(p.stream, Name());  // synchronises the stream, which queued the copies before it
+  if (selector_.Missed()) {      // fewer survivors than k, or more than the buffer held
+    LoadOwnState(p.own);
+    if (then_) then_->LoadState(p.quantizer);
     speculate_ = false;
     struct Again {  // speculation is back on for the next encode, even after a throw
       bool* on;
       ~Again() { *on = true; }
     } again{&speculate_};  // (Missed() is true only where speculation was on)
-    Encode(in, n, ctx, out, stream);
+    Encode(p.in, p.n, p.ctx, p.out, p.stream);
     return;
   }
-  if (moved) {
+  char* dst = p.out->data() + p.head;
+  if (p.moved) {
     const int64_t varints = delta_.Total();
-    std::memmove(dst + varints, dst + index_size, static_cast<size_t>(value_size));
-    index_size = varints;
-    out->Resize(head.size() + static_cast<size_t>(index_size + value_size));
+    std::memmove(dst + varints, dst + p.index_size, static_cast<size_t>(p.value_size));
+    p.index_size = varints;
+    p.out->Resize(p.head + static_cast<size_t>(p.index_size + p.value_size));
   }
-  if (then_) last_quantized_.assign(dst + index_size, static_cast<size_t>(value_size));
-  last_ = kept;
-  last_n_ = n;
+  if (then_) last_quantized_.assign(dst + p.index_size, static_cast<size_t>(p.value_size));
+  last_ = p.kept;
+  last_n_ = p.n;
 }
 
 const int* DeviceSparsifier::DecodeAsync(std::string_view bytes, int64_t n, float* out,

@@ -45,8 +45,9 @@ class DeviceTopK : public DeviceSparsifier {
 
  protected:
   // SelectTopK (topk.cc), step for step.
+  int64_t KnownK(int64_t n) const override { return k_ ? std::min(k_, n) : KFromRatio(ratio_, n); }
   Kept Select(const float* in, int64_t n, const StepContext&, Stream stream) override {
-    const int64_t k = k_ ? std::min(k_, n) : KFromRatio(ratio_, n);
+    const int64_t k = KnownK(n);
     if (k <= 0 || n <= 0) return Kept{};
     const int64_t sample = std::max<int64_t>(8192, n / 200);
     const double ratio = static_cast<double>(k) / static_cast<double>(n);

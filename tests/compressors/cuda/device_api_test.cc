@@ -1,5 +1,6 @@
 // The public API's promises (device_codec.h) that hold for every codec alike: the factory's
-// errors, empty tensors as null pointers, and Decode returning with its work done.
+// errors, empty tensors as null pointers, Decode returning with its work done, and encodes
+// queued together (EncodeAsync, then EncodeFinish) ending as one at a time do.
 #include "common/error.h"
 #include "tests/compressors/cuda/device_test_buffers.h"
 #include "tests/compressors/cuda/device_test_compare.h"
@@ -79,6 +80,59 @@ TEST_CASE("device decodes return with their work done", "[cuda][api]") {
     decoder->Decode(pinned.view(), n, out.data(), TestStream());
     CHECK(cudaStreamQuery(TestStream()) == cudaSuccess);
     CHECK(Mismatch(Download(out.data(), n), CpuDecode(gpu->Name(), p, n)) == "");
+  }
+}
+
+// EncodeAsync queues the work and EncodeFinish completes it: several codecs' encodes queued
+// before any finishes (as a worker's call queues its keys, then waits for the gradients) give
+// the payloads and states of one Encode at a time, step after step.
+TEST_CASE("encodes queued together finish to the payloads of one at a time", "[cuda][api]") {
+  const int64_t n = 1 << 18;
+  std::vector<std::string> specs = AllSpecs();
+  specs.push_back("topk ratio=0.01 error_feedback=true then=qsgd levels=16");
+  std::vector<std::unique_ptr<DeviceCodec>> queued, alone;
+  for (const std::string& s : specs) {
+    queued.push_back(Gpu(s));
+    alone.push_back(Gpu(s));
+  }
+  queued.push_back(MakeDeviceMomentumCorrection(Gpu("dgc"), 0.9));
+  alone.push_back(MakeDeviceMomentumCorrection(Gpu("dgc"), 0.9));
+  specs.push_back("dgc, momentum correction 0.9");
+  std::vector<PinnedBytes> payloads(specs.size());
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<float> x = Gaussian(n, 10 + step);
+    DeviceFloats in(n);
+    Upload(x, in.data());
+    for (size_t c = 0; c < specs.size(); ++c)
+      queued[c]->EncodeAsync(in.data(), n, {"w", step}, &payloads[c], TestStream());
+    for (size_t c = 0; c < specs.size(); ++c) queued[c]->EncodeFinish();
+    for (size_t c = 0; c < specs.size(); ++c) {
+      INFO(specs[c] << ", step " << step);
+      const std::string want = GpuEncode(*alone[c], x, {"w", step});
+      CHECK(PayloadMismatch(std::string(payloads[c].view()), want) == "");
+    }
+  }
+}
+
+// Which encodes queue without a wait (a worker queues those before the gradients are ready):
+// every quantizer; top-k, which guesses its survivors, where its delta-coded payload takes
+// the one-wait path (up to 256 KiB of indices and values); not the sparsifiers that read a
+// survivor count first.
+TEST_CASE("QueuesWithoutWait: quantizers and top-k's guess, not a survivor count", "[cuda][api]") {
+  const int64_t vgg = 2359296, big = 25000000;
+  for (const char* q : {"none", "fp16", "int8", "qsgd", "terngrad", "onebit"}) {
+    INFO(q);
+    CHECK(Gpu(q)->QueuesWithoutWait(big));
+  }
+  CHECK(Gpu("topk ratio=0.01 then=qsgd levels=16")->QueuesWithoutWait(vgg));
+  CHECK(Gpu("topk ratio=0.01 error_feedback=true then=qsgd levels=16")->QueuesWithoutWait(vgg));
+  CHECK(Gpu("topk ratio=0.01")->QueuesWithoutWait(vgg));
+  CHECK_FALSE(Gpu("topk ratio=0.01")->QueuesWithoutWait(big));  // 250k indices: two waits
+  CHECK(Gpu("topk ratio=0.01 index_coding=int32")->QueuesWithoutWait(big));
+  CHECK(MakeDeviceMomentumCorrection(Gpu("topk ratio=0.01"), 0.9)->QueuesWithoutWait(vgg));
+  for (const char* s : {"threshold", "gaussiank", "dgc"}) {
+    INFO(s);
+    CHECK_FALSE(Gpu(s)->QueuesWithoutWait(vgg));
   }
 }
 
