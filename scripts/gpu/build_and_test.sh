@@ -24,7 +24,8 @@
 #              VGG_STEPS steps each (default 100), with each worker count in VGG_WORKERS
 #              (default WORKERS: e.g. "2 1", two workers sharing the GPU, then one alone);
 #              SERVER_THREADS sets the server's server.threads in every run (the config's
-#              otherwise; the run's name gets -s<N>)
+#              otherwise; the run's name gets -s<N>); TRACE_LIB (scripts/gpu/cupti_trace.cc
+#              built) traces the workers into trace-<rank>.txt (the run's name gets -trace)
 #   codecs     gradpress-bench codecs
 #   cudaprobe  scripts/gpu/cuda_codec_probe.cc: Encode/Decode on CUDA tensors
 #   transport  gradpress-bench transport
@@ -262,7 +263,11 @@ train_run() {
   local workers=${WORKERS:-2}
   name=$(sed -n 's/^name:[[:space:]]*\([^[:space:]#]*\).*/\1/p' "$SRC/$cfg")-$device
   [[ $workers == 2 ]] || name+=-w$workers
-  local server_sets=()
+  local server_sets=() trace_env=()
+  if [[ -n ${TRACE_LIB:-} ]]; then
+    trace_env=(env "CUDA_INJECTION64_PATH=$TRACE_LIB")
+    name+=-trace
+  fi
   if [[ -n ${SERVER_THREADS:-} ]]; then
     server_sets=(--set "server.threads=$SERVER_THREADS")
     name+=-s$SERVER_THREADS
@@ -296,7 +301,8 @@ train_run() {
   smi_pid=$!
   local pids=() start=$SECONDS
   for ((r = 0; r < workers; r++)); do
-    gp_env timeout "$t" "$BUILD/worker/gradpress-worker" --config "$SRC/$cfg" "${sets[@]}" \
+    GP_TRACE_OUT=$run_dir/trace-$r.txt gp_env "${trace_env[@]}" timeout "$t" \
+      "$BUILD/worker/gradpress-worker" --config "$SRC/$cfg" "${sets[@]}" \
       --rank "$r" --workers "$workers" --server "127.0.0.1:$port" --run-dir "$run_dir" "$@" \
       >"$run_dir/worker-$r.log" 2>&1 &
     pids+=($!)

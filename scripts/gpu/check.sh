@@ -10,8 +10,8 @@
 # Prepare .gpu/debs here first: bash scripts/gpu/fetch_debs.sh (docs/gpu.md). Every stage
 # logs to $OUT/<stage>.log and adds its exit code and wall time to $OUT/summary.txt (at the
 # end the logs are packed into $OUT/logs.tar.gz beside summary.txt, bench.txt,
-# bench_small.txt, medians.txt and profile.txt: the device tool returns 8 files). A stage is
-# skipped when too little of the budget is left, and a failure stops only the stages that
+# bench_small.txt, medians.txt, profile.txt and trace.txt: the device tool returns 8 files).
+# A stage is skipped when too little of the budget is left, and a failure stops only the stages that
 # need its output (each looks for the executable it runs, so a partial build still tests what
 # built). Without a GPU (the rehearsal here) the tests and the bench exit 77 and are reported
 # skipped.
@@ -26,12 +26,15 @@
 #           with BENCH_JSON=1: a second run)
 #   small   method 5's codec at VGG11's largest and smallest device-path tensor sizes
 #           -> bench_small.txt
-#   profile the first of them under Nsight Systems, where the machine has nsys: CUDA API
-#           calls and kernel times -> profile.txt (skipped without nsys)
+#   profile the first of them under Nsight Systems where the machine has nsys, else under
+#           the CUPTI trace (scripts/gpu/cupti_trace.cc): CUDA API calls, waits, kernel and
+#           copy times -> profile.txt (skipped with neither)
 #   full    only with FULL=1: the LibTorch build and training runs of docs/gpu.md
 #           (build_and_test.sh; FULL_STAGES, BUILD_TARGETS, EPOCHS, TRAIN_CONFIGS,
 #           VGG_CONFIGS, VGG_STEPS, VGG_WORKERS, SERVER_THREADS pass through), full/medians.txt,
 #           key_codecs.log
+#   trace   only with FULL=1: one more VGG11 method-5 run with one worker under the CUPTI
+#           trace -> trace.txt
 # Environment: OUT, BUDGET_S, JOBS (16), BUILD_DIR (build-gpu-cuda), NVCC, FULL, and STAGES
 # (a comma-separated subset of the stages, in order; all by default).
 # shellcheck disable=SC2317  # the stage_* functions are called indirectly, as "stage_$stage"
@@ -42,7 +45,7 @@ OUT=${OUT:-$REPO/.gpu/check-out}
 BUDGET_S=${BUDGET_S:-450}
 JOBS=${JOBS:-16}
 BUILD=${BUILD_DIR:-$REPO/build-gpu-cuda}
-STAGES=${STAGES:-probe,deps,build,logic,torch,bench,small,profile,device,full}
+STAGES=${STAGES:-probe,deps,build,logic,torch,bench,small,profile,device,full,trace}
 NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
 ROOT=$REPO/.gpu/root  # the extracted Debian packages
 LIBDIR=$ROOT/usr/lib/x86_64-linux-gnu
@@ -225,24 +228,54 @@ stage_small() {
   done
 }
 
+# scripts/gpu/cupti_trace.cc built into $TRACE_LIB (once), against the CUDA toolkit's CUPTI or
+# the PyTorch wheel's; false (and no library) where neither is found.
+TRACE_LIB=/tmp/libgp_trace.so
+build_trace() {
+  [[ -f $TRACE_LIB ]] && return 0
+  local py_cupti lib="" inc="" d
+  py_cupti=$("$PY" -c 'import nvidia.cuda_cupti as m, os; print(os.path.dirname(m.__file__))' \
+    2>/dev/null)
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/extras/CUPTI/lib64 \
+    "$py_cupti/lib"; do
+    [[ -z $lib ]] && lib=$(compgen -G "$d/libcupti.so*" | head -1)
+  done
+  for d in /usr/local/cuda/include /usr/local/cuda/extras/CUPTI/include "$py_cupti/include"; do
+    [[ -z $inc && -f $d/cupti.h ]] && inc=$d
+  done
+  [[ -n $lib && -n $inc ]] || { echo "no CUPTI (library '$lib', headers '$inc')"; return 1; }
+  g++ -std=c++17 -shared -fPIC -O2 -I"$inc" "$REPO/scripts/gpu/cupti_trace.cc" \
+    "$lib" -Wl,-rpath,"$(dirname "$lib")" -o "$TRACE_LIB"
+}
+
 # Where small's per-call cost goes: the first small row (2.36M floats, error feedback) under
-# Nsight Systems when the machine has it: CUDA API calls (launches, waits) and kernel times,
-# summed over the bench's calls -> profile.txt. Skipped without nsys.
+# Nsight Systems when the machine has it, else under the CUPTI trace (cupti_trace.cc): CUDA API
+# calls (launches, waits), kernel and copy times, summed over the bench's calls -> profile.txt.
 stage_profile() {
   local t0=$SECONDS t rc nsys
   [[ -x $BENCH ]] || { skip profile "not built"; return; }
+  local args=(--numel 2359296 --repeats 50
+    --codec "topk ratio=0.01 error_feedback=true then=qsgd levels=16")
   nsys=$(command -v nsys || compgen -G "/usr/local/cuda/bin/nsys" ||
     compgen -G "/opt/nvidia/nsight-systems/*/bin/nsys" | tail -1)
-  [[ -n $nsys ]] || { skip profile "no nsys (PATH, /usr/local/cuda/bin, /opt/nvidia)"; return; }
   t=$(budget 90 30)
   ((t == 0)) && { skip profile "no time left"; return; }
-  gp_env timeout "$t" "$nsys" profile --force-overwrite true -o /tmp/gp-small "$BENCH" \
-    --numel 2359296 --repeats 50 --codec "topk ratio=0.01 error_feedback=true then=qsgd levels=16" \
-    >"$OUT/profile.log" 2>&1 &&
-    timeout 60 "$nsys" stats --report cuda_api_sum,cuda_gpu_kern_sum,cuda_gpu_mem_time_sum \
-      /tmp/gp-small.nsys-rep >"$OUT/profile.txt" 2>>"$OUT/profile.log"
+  if [[ -n $nsys ]]; then
+    gp_env timeout "$t" "$nsys" profile --force-overwrite true -o /tmp/gp-small "$BENCH" \
+      "${args[@]}" >"$OUT/profile.log" 2>&1 &&
+      timeout 60 "$nsys" stats --report cuda_api_sum,cuda_gpu_kern_sum,cuda_gpu_mem_time_sum \
+        /tmp/gp-small.nsys-rep >"$OUT/profile.txt" 2>>"$OUT/profile.log"
+    rc=$?
+    record profile "$rc" "$t0" "profile.txt ($nsys)"
+    return
+  fi
+  build_trace >"$OUT/profile.log" 2>&1 ||
+    { skip profile "no nsys, no CUPTI (profile.log)"; return; }
+  CUDA_INJECTION64_PATH=$TRACE_LIB GP_TRACE_OUT=$OUT/profile.txt gp_env timeout "$t" "$BENCH" \
+    "${args[@]}" >>"$OUT/profile.log" 2>&1
   rc=$?
-  record profile "$rc" "$t0" "profile.txt ($nsys)"
+  [[ -s $OUT/profile.txt ]] || rc=1
+  record profile "$rc" "$t0" "profile.txt (CUPTI trace)"
 }
 
 # The LibTorch build of docs/gpu.md and its training runs (carry .gpu/data and .gpu/src.tar.gz
@@ -268,18 +301,38 @@ stage_full() {
   record key_codecs $? "$t0" "$(catch_result "$OUT/key_codecs.log")"
 }
 
+# One more VGG11 method-5 run with one worker, under the CUPTI trace (cupti_trace.cc): where a
+# training run's GPU time and host waits go (kernels, copies, runtime calls, synchronisations),
+# summed over its steps -> trace.txt. Reuses full's build; skipped without it or CUPTI.
+stage_trace() {
+  local t0=$SECONDS t rc f=/tmp/gp-runs/vgg11-cifar10-m5-cuda-w1-trace/trace-0.txt
+  [[ ${FULL:-0} == 1 && -x /tmp/gp-src/build-gpu/worker/gradpress-worker ]] ||
+    { skip trace "needs full's build"; return; }
+  build_trace >"$OUT/trace.log" 2>&1 || { skip trace "no CUPTI (trace.log)"; return; }
+  t=$(budget 90 40)
+  ((t == 0)) && { skip trace "no time left"; return; }
+  OUT=$OUT/trace BUDGET_S=$((t - 5)) STAGES=train TRAIN_CONFIGS=" " VGG_CONFIGS=m5 \
+    VGG_WORKERS=1 VGG_STEPS=${VGG_STEPS:-150} TRACE_LIB=$TRACE_LIB \
+    timeout "$t" bash scripts/gpu/build_and_test.sh >>"$OUT/trace.log" 2>&1
+  rc=$?
+  if [[ -s $f ]]; then cp "$f" "$OUT/trace.txt"; else rc=1; fi
+  record trace "$rc" "$t0" "trace.txt"
+}
+
 for stage in ${STAGES//,/ }; do
   echo "=== $stage (t=$((SECONDS - T0))s, $(left)s left)"
   "stage_$stage"
 done
 echo "=== summary ($((SECONDS - T0))s of $BUDGET_S)"
 cat "$OUT/summary.txt"
-# The device tool brings back at most 8 files of $OUT: the summary, the bench tables and the
-# training medians stay on top, and every log this script wrote goes into logs.tar.gz.
+# The device tool brings back at most 8 files of $OUT: the summary, the bench tables, the
+# training medians, profile.txt and trace.txt stay on top, and every log this script wrote goes
+# into logs.tar.gz.
 [[ -f $OUT/full/medians.txt ]] && cp "$OUT/full/medians.txt" "$OUT/medians.txt"
 # Files over 2 MiB (the training runs' checkpoints) stay behind: one file comes back up to 16 MiB.
-(cd "$OUT" && find ./*.log torch_reference.json bench.json device_tests full -type f -size -2M \
-  2>/dev/null | tar -czf logs.tar.gz -T - 2>/dev/null)
-rm -rf "$OUT"/*.log "$OUT/torch_reference.json" "$OUT/bench.json" "$OUT/device_tests" "$OUT/full"
+(cd "$OUT" && find ./*.log torch_reference.json bench.json device_tests full trace -type f \
+  -size -2M 2>/dev/null | tar -czf logs.tar.gz -T - 2>/dev/null)
+rm -rf "$OUT"/*.log "$OUT/torch_reference.json" "$OUT/bench.json" "$OUT/device_tests" \
+  "$OUT/full" "$OUT/trace"
 ls "$OUT"
 exit "$FAILED"
