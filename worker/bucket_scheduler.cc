@@ -168,7 +168,8 @@ StepMetrics BucketScheduler::Wait(double* exposed_ms) {
   cv_.wait(lock, [&] { return outstanding_ == 0; });
   lock.unlock();
   // Every bucket has ended: what the device decodes found, before anything uses the results.
-  for (int b = 0; b < buckets() && CheckDecoded(b);) ++b;
+  for (int b = 0; b < buckets(); ++b)
+    if (!CheckDecoded(b)) break;
   lock.lock();
   active_ = false;
   if (exposed_ms) *exposed_ms = waited.ElapsedMs();

@@ -10,7 +10,6 @@
 #include "common/error.h"
 
 #ifdef GP_WORKER_CUDA
-#include "compressors/cuda/decode_error.h"
 #include "compressors/cuda/device_codec.h"
 #include "compressors/cuda/device_stream.h"
 #endif
@@ -79,7 +78,7 @@ struct DeviceCodecs::Impl {
       done.Wait();
       int code = 0;
       std::memcpy(&code, word.data(), sizeof(code));
-      GP_ENFORCE(code == cuda::kDecodeOk, codec, ": ", cuda::DecodeErrorText(code));
+      cuda::ThrowIfDecodeError(code, codec);
     }
   };
   struct Key {

@@ -19,7 +19,7 @@
 // InvalidArgument: on NaN or Inf input where the CPU codec does, and on a truncated, extended
 // or malformed payload (found on the host or by the kernels, which never write out of range).
 // DecodeAsync returns without waiting: what the kernels find is left in a device word for the
-// caller to read once the stream has passed it (ReadErrorWord).
+// caller to read once the stream has passed it (then ThrowIfDecodeError).
 // Thread-safety: one thread per instance (instances hold scratch buffers).
 #include <cstdint>
 #include <memory>
@@ -94,8 +94,9 @@ class DeviceCodec {
   virtual bool SetDensity(double /*ratio*/) { return false; }
 };
 
-// Waits for the stream and returns the error word's code (DecodeError).
-int ReadErrorWord(const int* word, Stream stream);
+// Throws InvalidArgument "<codec>: <DecodeErrorText>" when code (an error word's DecodeError,
+// read back) is not 0.
+void ThrowIfDecodeError(int code, const std::string& codec);
 
 // Builds the device codec of a spec (codec, its `then` quantizer, error_feedback), reading the
 // parameters as the CPU factory does: an unknown codec or parameter, a value out of range, or

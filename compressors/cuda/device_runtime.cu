@@ -76,17 +76,23 @@ void ErrorWord::Clear(Stream stream) {
   CheckCuda(cudaMemsetAsync(word_, 0, sizeof(int), stream), "clear error word");
 }
 
-void ErrorWord::Check(Stream stream, const std::string& codec) {
-  const int code = ReadErrorWord(word_, stream);
-  GP_ENFORCE(code == kDecodeOk, codec, ": ", DecodeErrorText(code));
-}
-
+namespace {
+// Waits for the stream and returns the error word's code.
 int ReadErrorWord(const int* word, Stream stream) {
   int code = kDecodeOk;  // pageable: the copy returns once it is done, after the stream's work
   CheckCuda(cudaMemcpyAsync(&code, word, sizeof(int), cudaMemcpyDeviceToHost, stream),
             "read error word");
   CheckCuda(cudaStreamSynchronize(stream), "synchronise codec stream");
   return code;
+}
+}  // namespace
+
+void ThrowIfDecodeError(int code, const std::string& codec) {
+  GP_ENFORCE(code == kDecodeOk, codec, ": ", DecodeErrorText(code));
+}
+
+void ErrorWord::Check(Stream stream, const std::string& codec) {
+  ThrowIfDecodeError(ReadErrorWord(word_, stream), codec);
 }
 
 void DeviceCodec::Encode(const float* in, int64_t n, const StepContext& ctx, PinnedBytes* out,
@@ -96,8 +102,7 @@ void DeviceCodec::Encode(const float* in, int64_t n, const StepContext& ctx, Pin
 }
 
 void DeviceCodec::Decode(std::string_view bytes, int64_t n, float* out, Stream stream) {
-  const int code = ReadErrorWord(DecodeAsync(bytes, n, out, stream), stream);
-  GP_ENFORCE(code == kDecodeOk, Name(), ": ", DecodeErrorText(code));
+  ThrowIfDecodeError(ReadErrorWord(DecodeAsync(bytes, n, out, stream), stream), Name());
 }
 
 // ---- jump tables -----------------------------------------------------------------------

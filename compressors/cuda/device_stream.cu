@@ -1,12 +1,12 @@
 // StreamMark, SideStream (device_stream.h): CUDA events and non-blocking streams.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "compressors/cuda/decode_error.h"
 #include "compressors/cuda/device_parts.h"
 #include "compressors/cuda/device_stream.h"
+#include "compressors/cuda/sparse_parts.h"
 
 namespace gradpress::compressors::cuda {
 
@@ -90,8 +90,8 @@ __global__ void CopyIfClearKernel(float* dst, const float* src, int64_t n, const
 
 void CopyFloatsIfClear(float* dst, const float* src, int64_t n, const int* word, Stream stream) {
   if (n <= 0) return;
-  const int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 2048));
-  CopyIfClearKernel<<<blocks, 256, 0, AsStream(stream)>>>(dst, src, n, word);
+  constexpr int kThreads = 256;
+  CopyIfClearKernel<<<GridFor(n, kThreads), kThreads, 0, AsStream(stream)>>>(dst, src, n, word);
   CheckCuda(cudaGetLastError(), "copy decoded floats");
 }
 
