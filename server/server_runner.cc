@@ -8,6 +8,7 @@
 #include <future>
 
 #include "common/error.h"
+#include "transport/grpc_process.h"
 
 namespace gradpress::server {
 
@@ -24,6 +25,7 @@ ServerRunner::ServerRunner(StoreOptions options, double deadline_s, const Securi
 ServerRunner::~ServerRunner() { Stop(0.0); }
 
 int ServerRunner::Start(const std::string& address) {
+  transport::ConfigureGrpcProcess();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;

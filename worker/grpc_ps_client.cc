@@ -9,6 +9,7 @@
 #include <chrono>
 
 #include "common/error.h"
+#include "transport/grpc_process.h"
 #include "transport/status.h"
 #include "worker/grpc_calls.h"
 #include "worker/row_outbox.h"
@@ -27,6 +28,7 @@ GrpcPsClient::GrpcPsClient(ClientOptions options, KeyCodecs* codecs)
     impl_->faults = std::make_unique<transport::FaultInjector>(opt_.faults,
                                                                transport::StreamOf(opt_.worker_id));
   }
+  transport::ConfigureGrpcProcess();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(8 << 20);
   impl_->security.Apply(&args);
