@@ -88,6 +88,7 @@ class ParameterService final : public RawParameterServer {
   // every call is done); true when all ended by `deadline`, else the rest are left detached.
   bool JoinHandlers(TaskThreads::Clock::time_point deadline) { return handlers_.Join(deadline); }
   int handler_threads() const { return handlers_.alive(); }
+  int handlers_busy() const { return handlers_.busy(); }  // handlers queued or running
 
   grpc::Status Register(grpc::ServerContext* ctx, const proto::RegisterRequest* req,
                         proto::RegisterReply* reply) override;

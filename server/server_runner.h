@@ -45,6 +45,9 @@ class ServerRunner {
   ParameterStore& store() { return store_; }
   // Handler threads not yet ended (0 once Stop has returned).
   int handler_threads() const { return service_.handler_threads(); }
+  // Handlers queued or running: a call whose handler has returned holds no thread, even while
+  // its reply is still being written.
+  int handlers_busy() const { return service_.handlers_busy(); }
   // The dashboard's rows (from the pushes) and pages, for the HTTP port (server_main.cc).
   Dashboard& dashboard() { return dashboard_; }
 

@@ -29,7 +29,12 @@ struct Signals {
   bool reading = false, read_end = false;
   std::deque<grpc::ByteBuffer> outbox;  // front: being written; the rest: queued
   bool write_failed = false;
-  bool call_done = false;
+  // The end: the handler has returned `status` (handler_done); Finish is called once, by the
+  // handler's thread or by the OnWriteDone that empties the outbox (finishing); the reactor is
+  // deleted by the later of OnDone (call_done) and the handler's thread letting go of it
+  // (released). gRPC calls OnDone only after Finish, so never while the handler runs.
+  grpc::Status status;
+  bool handler_done = false, finishing = false, released = false, call_done = false;
 };
 
 // Reads queued ahead of the handler, and writes queued behind it, at most: each message is at
@@ -41,8 +46,11 @@ using Bidi = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
 using Reader = grpc::ServerReadReactor<grpc::ByteBuffer>;
 using Writer = grpc::ServerWriteReactor<grpc::ByteBuffer>;
 
-// One call: a reactor whose handler runs on its own thread. That thread finishes the call once
-// its writes are out, waits for OnDone (gRPC is then done with the reactor) and deletes it.
+// One call: a reactor whose handler runs on a thread of the pool. The handler's thread never
+// waits for the call's end: the call is finished after its queued writes (by that thread when
+// none is left, else by the last OnWriteDone), and the reactor deleted by the later of OnDone
+// (gRPC is then done with it) and the handler's return, so the thread goes back to the pool
+// at once instead of sleeping twice more per call.
 template <typename Reactor>
 class Blocking final : public Reactor, public RawStream {
   static constexpr bool kReads = !std::is_same_v<Reactor, Writer>;   // the client streams
@@ -123,21 +131,24 @@ class Blocking final : public Reactor, public RawStream {
       sig_->outbox.clear();
     }
     const grpc::ByteBuffer* next = sig_->outbox.empty() ? nullptr : &sig_->outbox.front();
+    const bool finish = ClaimFinish();
     sig_->cv.notify_all();
     lock.unlock();
     if (next != nullptr) this->StartWrite(next);
+    if (finish) this->Finish(sig_->status);  // the handler has returned: status is settled
   }
   void OnDone() override {
     if (!threaded_) {
       delete this;
       return;
     }
-    std::shared_ptr<Signals> sig = sig_;  // `this` may be gone once the handler's thread wakes
+    bool last;
     {
-      std::lock_guard<std::mutex> lock(sig->mu);
-      sig->call_done = true;
+      std::lock_guard<std::mutex> lock(sig_->mu);
+      sig_->call_done = true;
+      last = sig_->released;
     }
-    sig->cv.notify_all();
+    if (last) Delete();
   }
 
  private:
@@ -146,6 +157,13 @@ class Blocking final : public Reactor, public RawStream {
   bool ClaimRead() {
     if (sig_->reading || sig_->read_end || sig_->inbox.size() >= kReadAhead) return false;
     sig_->reading = true;
+    return true;
+  }
+  // With sig_->mu held: whether the caller is the one to Finish (the handler has returned and
+  // every queued write is out); true marks it claimed.
+  bool ClaimFinish() {
+    if (!sig_->handler_done || !sig_->outbox.empty() || sig_->finishing) return false;
+    sig_->finishing = true;
     return true;
   }
   // Starts the claimed read with the lock released, and takes the lock back.
@@ -162,17 +180,26 @@ class Blocking final : public Reactor, public RawStream {
     } catch (...) {
       status = ToStatus(std::current_exception());
     }
+    bool finish;
     {
       // Finish follows the queued writes (and no read is started after this).
-      std::unique_lock<std::mutex> lock(sig->mu);
+      std::lock_guard<std::mutex> lock(sig->mu);
       sig->read_end = true;
-      sig->cv.wait(lock, [&] { return sig->outbox.empty(); });
+      sig->status = std::move(status);
+      sig->handler_done = true;
+      finish = ClaimFinish();
     }
-    this->Finish(std::move(status));
+    if (finish) this->Finish(sig->status);
+    bool last;
     {
-      std::unique_lock<std::mutex> lock(sig->mu);
-      sig->cv.wait(lock, [&] { return sig->call_done; });
+      std::lock_guard<std::mutex> lock(sig->mu);
+      sig->released = true;
+      last = sig->call_done;  // else OnDone, still to come, deletes
     }
+    if (last) Delete();
+  }
+
+  void Delete() {
     delete this;
     --running_calls;
   }

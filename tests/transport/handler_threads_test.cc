@@ -1,9 +1,13 @@
 // The server's handler threads (transport/raw_server.h): reused across calls, not one per
-// call, and all ended when ServerRunner::Stop returns, even with a push waiting at the
-// barrier when it is called.
+// call, free again once the handler returns (not held until the client has read the reply),
+// and all ended when ServerRunner::Stop returns, even with a push waiting at the barrier when
+// it is called.
+#include <grpcpp/grpcpp.h>
+
 #include <chrono>
 #include <thread>
 
+#include "proto/gradpress.grpc.pb.h"
 #include "tests/thread_count.h"
 #include "tests/transport/harness.h"
 #include "tests/wait_for.h"
@@ -61,6 +65,41 @@ TEST_CASE("the server reuses its handler threads and Stop joins them all", "[tra
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(8));
   waiting.join();
   CHECK(refused);
+}
+
+TEST_CASE("a handler's thread is free once it returns, while the client has not read the reply",
+          "[transport]") {
+  // 12 MiB of weights: more than HTTP/2 flow control lets the server send before the client
+  // reads, and within the messages a handler may queue (so the handler itself returns).
+  const auto specs = Specs({{3 << 20}});
+  server::StoreOptions so;
+  so.workers = 1;
+  SecureCluster cluster(so);
+  worker::GrpcPsClient client(cluster.Client(0));
+  client.Register(specs);
+  auto params = Zeros(specs);
+  client.InitOrPull(&params);
+
+  auto stub = proto::ParameterServer::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(cluster.port), grpc::InsecureChannelCredentials()));
+  proto::PullRequest req;
+  req.set_worker_id("worker-0");
+  req.set_incarnation(cluster.Client(0).incarnation);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(90));
+  const uint64_t sent = cluster.runner.store().Stats().bytes_out;
+  auto reader = stub->PullWeights(&ctx, req);  // started; nothing read yet
+  // The handler has queued the whole reply (its bytes are counted after the last Write) ...
+  CHECK(WaitFor([&] { return cluster.runner.store().Stats().bytes_out >= sent + (12u << 20); }));
+  // ... and its thread is back in the pool while the reply waits for the client (well before
+  // the call's deadline, which would free a thread held until the reply is out).
+  CHECK(WaitFor([&] { return cluster.runner.handlers_busy() == 0; }, std::chrono::seconds(20)));
+  uint64_t got = 0;
+  proto::PullMessage m;
+  while (reader->Read(&m))
+    for (const proto::TensorChunk& c : m.chunk()) got += c.data().size();
+  CHECK(reader->Finish().ok());
+  CHECK(got == (12u << 20));  // the whole reply arrives after all
 }
 
 }  // namespace
