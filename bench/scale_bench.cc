@@ -1,18 +1,19 @@
 // gradpress-bench scale-worker: one synthetic worker for the scaling curve (scripts/scale.sh).
 // The real client (sharded over --servers, the codecs of --codec) pushes the same random
-// gradients every step and pulls the step's result, with no training compute, and prints its
-// median times as one JSON object:
+// gradients every step and receives the step's result in the same call, as the Trainer does
+// without overlap (one PushPull a step), with no training compute, and prints its median
+// times as one JSON object:
 //
 //   gradpress-bench scale-worker --servers 10.214.0.1:5000,10.214.0.2:5000 --rank 0
 //       --workers 8 --numel 4194304 --codec none --steps 5     (one command line)
 //   {"rank":0,"workers":8,"servers":2,"codec":"none","model_mb":16,"step_ms":..,
-//    "push_ms":..,"pull_ms":..,"imbalance":1.0}
+//    "wait_ms":..,"network_ms":..,"imbalance":1.0}
 //
-// push_ms is the Push call (encode and upload), pull_ms the Pull of that step (the wait for
-// every worker's push, the server's work, the download and decode). With --ready-file and
-// --go-file the worker writes the first after its warm-up steps and waits (up to 10 min) for
-// the second to exist before the measured ones: scale.sh reads the servers' CPU time between
-// them, so registration, the initial weights and warm-up are not counted per step.
+// wait_ms is the server's barrier wait (for every worker's push), network_ms the call's wall
+// time less that wait and the server's work (StepMetrics). With --ready-file and --go-file
+// the worker writes the first after its warm-up steps and waits (up to 10 min) for the second
+// to exist before the measured ones: scale.sh reads the servers' CPU time between them, so
+// registration, the initial weights and warm-up are not counted per step.
 #include <torch/torch.h>
 #include <yaml-cpp/yaml.h>
 
@@ -98,17 +99,15 @@ void RunScaleWorker(const ScaleOptions& o) {
   }
   client.Register(specs);
   client.InitOrPull(&params);
-  std::vector<double> step, push, pull;
+  std::vector<double> step, wait, network;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     if (s == o.warmup) Handshake(o.ready_file, o.go_file);
     Timer t;
-    client.Push(s, grads);
-    const double push_ms = t.ElapsedMs();
-    client.Pull(&out, s);
+    const worker::StepMetrics m = client.PushPull(s, grads, &out);
     if (s < o.warmup) continue;
     step.push_back(t.ElapsedMs());
-    push.push_back(push_ms);
-    pull.push_back(step.back() - push_ms);
+    wait.push_back(m.wait_ms);
+    network.push_back(m.network_ms);
   }
   std::printf("%s\n", JsonLine()
                           .Int("rank", o.rank)
@@ -117,8 +116,8 @@ void RunScaleWorker(const ScaleOptions& o) {
                           .Str("codec", o.codec)
                           .Num("model_mb", 4.0 * (o.numel / o.keys / 256 * 256 * o.keys) / 1e6)
                           .Num("step_ms", Median(step))
-                          .Num("push_ms", Median(push))
-                          .Num("pull_ms", Median(pull))
+                          .Num("wait_ms", Median(wait))
+                          .Num("network_ms", Median(network))
                           .Num("imbalance", client.placement().Imbalance())
                           .Done()
                           .c_str());

@@ -13,7 +13,8 @@
 # = 8.4 MB), --steps K (5), --out DIR (default runs/scale/<timestamp>), --json (the points on
 # stdout, one object per line). Writes DIR/points.jsonl and DIR/scale.png (gnuplot: step time
 # against workers, a line per S and codec). Each point: workers, servers, codec, rate_mbit,
-# model_mb, step_ms (the slowest worker's median), push_ms, pull_ms (that worker's),
+# model_mb, step_ms (the slowest worker's median of its one PushPull a step), wait_ms (its
+# barrier wait on the server), network_ms (the rest of the call but the server's work),
 # server_cpu_ms (the shards' user + system CPU per measured step, summed; registration, the
 # initial weights and the warm-up step are left out), imbalance (largest shard's
 # bytes / mean, transport/placement.h). Needs root (network namespaces) like netem.sh.
@@ -118,7 +119,7 @@ slow = max(rows, key=lambda r: r["step_ms"])
 ticks = int(open(d + "/server_ticks").read())
 print(json.dumps({"workers": W, "servers": S, "codec": codec, "rate_mbit": rate,
                   "model_mb": slow["model_mb"], "step_ms": slow["step_ms"],
-                  "push_ms": slow["push_ms"], "pull_ms": slow["pull_ms"],
+                  "wait_ms": slow["wait_ms"], "network_ms": slow["network_ms"],
                   "server_cpu_ms": ticks * 1000.0 / tck / steps,
                   "imbalance": slow["imbalance"]}))
 PY
