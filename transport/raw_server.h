@@ -18,7 +18,8 @@
 //
 // Client streaming (one reply): the handler's first Write is the reply. Server streaming (one
 // request): the first Read returns the request, the next false. An exception escaping the
-// handler becomes a status through ToStatus (transport/status.h).
+// handler becomes a status through ToStatus (transport/status.h). The handler's return frees
+// its thread at once: the status follows the writes still queued, sent by gRPC's threads.
 // At most the TaskThreads' max_busy (kMaxRawCalls) handlers run at once; a call beyond that,
 // or after the threads were joined, is answered UNAVAILABLE ("server busy", reason timed_out:
 // retry) without a thread.
