@@ -5,7 +5,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
-#include <memory>
 #include <mutex>
 #include <type_traits>
 
@@ -20,8 +19,8 @@ std::atomic<int> running_calls{0};
 
 // Messages read ahead and written behind, and the call's end, handed between gRPC's
 // reaction threads and the handler's thread. A handler wakes when it needs a message that
-// has not arrived, or when too many writes are queued, not once per message. Shared, so a
-// reaction that signals never touches a reactor the handler's thread may already have deleted.
+// has not arrived, or when too many writes are queued, not once per message. Part of the
+// reactor: it is deleted only once both the handler's thread and gRPC are done with it.
 struct Signals {
   std::mutex mu;
   std::condition_variable cv;
@@ -59,11 +58,10 @@ class Blocking final : public Reactor, public RawStream {
  public:
   Blocking(grpc::CallbackServerContext* ctx, TaskThreads* threads, RawHandler handler,
            const grpc::ByteBuffer* request, grpc::ByteBuffer* reply)
-      : ctx_(ctx), request_(request), reply_(reply), sig_(std::make_shared<Signals>()) {
+      : ctx_(ctx), request_(request), reply_(reply) {
     threaded_ = true;  // before the task: OnDone, after binding, reads it
     ++running_calls;
-    if (threads->Run([this, sig = sig_, handler = std::move(handler)] { Run(sig, handler); }))
-      return;
+    if (threads->Run([this, handler = std::move(handler)] { Run(handler); })) return;
     --running_calls;
     threaded_ = false;
     this->Finish(ToStatus(std::make_exception_ptr(
@@ -72,12 +70,12 @@ class Blocking final : public Reactor, public RawStream {
 
   bool Read(grpc::ByteBuffer* msg) override {
     if constexpr (kReads) {
-      std::unique_lock<std::mutex> lock(sig_->mu);
+      std::unique_lock<std::mutex> lock(sig_.mu);
       if (ClaimRead()) StartReadUnlocked(&lock);
-      sig_->cv.wait(lock, [&] { return !sig_->inbox.empty() || sig_->read_end; });
-      if (sig_->inbox.empty()) return false;
-      *msg = std::move(sig_->inbox.front());
-      sig_->inbox.pop_front();
+      sig_.cv.wait(lock, [&] { return !sig_.inbox.empty() || sig_.read_end; });
+      if (sig_.inbox.empty()) return false;
+      *msg = std::move(sig_.inbox.front());
+      sig_.inbox.pop_front();
       if (ClaimRead()) StartReadUnlocked(&lock);  // the next one while the handler works
       return true;
     } else {
@@ -90,12 +88,12 @@ class Blocking final : public Reactor, public RawStream {
 
   bool Write(const grpc::ByteBuffer& msg) override {
     if constexpr (kWrites) {
-      std::unique_lock<std::mutex> lock(sig_->mu);
-      sig_->cv.wait(lock, [&] { return sig_->outbox.size() < kWriteBehind || sig_->write_failed; });
-      if (sig_->write_failed) return false;
-      sig_->outbox.push_back(msg);               // a reference to the same slices: no bytes copied
-      if (sig_->outbox.size() > 1) return true;  // OnWriteDone starts it
-      const grpc::ByteBuffer* first = &sig_->outbox.front();  // stays put: only OnWriteDone pops
+      std::unique_lock<std::mutex> lock(sig_.mu);
+      sig_.cv.wait(lock, [&] { return sig_.outbox.size() < kWriteBehind || sig_.write_failed; });
+      if (sig_.write_failed) return false;
+      sig_.outbox.push_back(msg);               // a reference to the same slices: no bytes copied
+      if (sig_.outbox.size() > 1) return true;  // OnWriteDone starts it
+      const grpc::ByteBuffer* first = &sig_.outbox.front();  // stays put: only OnWriteDone pops
       lock.unlock();
       this->StartWrite(first);
       return true;
@@ -111,31 +109,31 @@ class Blocking final : public Reactor, public RawStream {
   // read or write; in the others these are plain members nobody calls. No Start* is called
   // with the lock held: gRPC may run the reaction it completes inline, on the caller's thread.
   void OnReadDone(bool ok) {
-    std::unique_lock<std::mutex> lock(sig_->mu);
-    sig_->reading = false;
+    std::unique_lock<std::mutex> lock(sig_.mu);
+    sig_.reading = false;
     if (ok) {
-      sig_->inbox.push_back(std::move(incoming_));
+      sig_.inbox.push_back(std::move(incoming_));
       incoming_.Clear();
     } else {
-      sig_->read_end = true;  // half-closed, or the call died
+      sig_.read_end = true;  // half-closed, or the call died
     }
     const bool more = ClaimRead();
-    sig_->cv.notify_all();
+    sig_.cv.notify_all();
     if (more) StartReadUnlocked(&lock);
   }
   void OnWriteDone(bool ok) {
-    std::unique_lock<std::mutex> lock(sig_->mu);
-    sig_->outbox.pop_front();
+    std::unique_lock<std::mutex> lock(sig_.mu);
+    sig_.outbox.pop_front();
     if (!ok) {
-      sig_->write_failed = true;
-      sig_->outbox.clear();
+      sig_.write_failed = true;
+      sig_.outbox.clear();
     }
-    const grpc::ByteBuffer* next = sig_->outbox.empty() ? nullptr : &sig_->outbox.front();
+    const grpc::ByteBuffer* next = sig_.outbox.empty() ? nullptr : &sig_.outbox.front();
     const bool finish = ClaimFinish();
-    sig_->cv.notify_all();
+    sig_.cv.notify_all();
     lock.unlock();
     if (next != nullptr) this->StartWrite(next);
-    if (finish) this->Finish(sig_->status);  // the handler has returned: status is settled
+    if (finish) this->Finish(sig_.status);  // the handler has returned: status is settled
   }
   void OnDone() override {
     if (!threaded_) {
@@ -144,26 +142,26 @@ class Blocking final : public Reactor, public RawStream {
     }
     bool last;
     {
-      std::lock_guard<std::mutex> lock(sig_->mu);
-      sig_->call_done = true;
-      last = sig_->released;
+      std::lock_guard<std::mutex> lock(sig_.mu);
+      sig_.call_done = true;
+      last = sig_.released;
     }
     if (last) Delete();
   }
 
  private:
-  // With sig_->mu held: whether to start the next read (none in flight, the stream not ended,
+  // With sig_.mu held: whether to start the next read (none in flight, the stream not ended,
   // fewer than kReadAhead messages waiting); true marks it in flight.
   bool ClaimRead() {
-    if (sig_->reading || sig_->read_end || sig_->inbox.size() >= kReadAhead) return false;
-    sig_->reading = true;
+    if (sig_.reading || sig_.read_end || sig_.inbox.size() >= kReadAhead) return false;
+    sig_.reading = true;
     return true;
   }
-  // With sig_->mu held: whether the caller is the one to Finish (the handler has returned and
+  // With sig_.mu held: whether the caller is the one to Finish (the handler has returned and
   // every queued write is out); true marks it claimed.
   bool ClaimFinish() {
-    if (!sig_->handler_done || !sig_->outbox.empty() || sig_->finishing) return false;
-    sig_->finishing = true;
+    if (!sig_.handler_done || !sig_.outbox.empty() || sig_.finishing) return false;
+    sig_.finishing = true;
     return true;
   }
   // Starts the claimed read with the lock released, and takes the lock back.
@@ -173,7 +171,7 @@ class Blocking final : public Reactor, public RawStream {
     lock->lock();
   }
 
-  void Run(const std::shared_ptr<Signals>& sig, const RawHandler& handler) {
+  void Run(const RawHandler& handler) {
     grpc::Status status;
     try {
       status = handler(ctx_, this);
@@ -183,18 +181,18 @@ class Blocking final : public Reactor, public RawStream {
     bool finish;
     {
       // Finish follows the queued writes (and no read is started after this).
-      std::lock_guard<std::mutex> lock(sig->mu);
-      sig->read_end = true;
-      sig->status = std::move(status);
-      sig->handler_done = true;
+      std::lock_guard<std::mutex> lock(sig_.mu);
+      sig_.read_end = true;
+      sig_.status = std::move(status);
+      sig_.handler_done = true;
       finish = ClaimFinish();
     }
-    if (finish) this->Finish(sig->status);
+    if (finish) this->Finish(sig_.status);
     bool last;
     {
-      std::lock_guard<std::mutex> lock(sig->mu);
-      sig->released = true;
-      last = sig->call_done;  // else OnDone, still to come, deletes
+      std::lock_guard<std::mutex> lock(sig_.mu);
+      sig_.released = true;
+      last = sig_.call_done;  // else OnDone, still to come, deletes
     }
     if (last) Delete();
   }
@@ -208,7 +206,7 @@ class Blocking final : public Reactor, public RawStream {
   const grpc::ByteBuffer* request_;  // server streaming: the request, until read
   grpc::ByteBuffer* reply_;          // client streaming: where the reply goes, until written
   grpc::ByteBuffer incoming_;        // the read in flight writes here
-  const std::shared_ptr<Signals> sig_;
+  Signals sig_;
   bool threaded_ = false;
 };
 
