@@ -9,6 +9,9 @@
 // Reported: median ms per step after warm-up, the PS step split into compute / encode /
 // network / decode / wait, and ps / single for both single-process rows.
 //
+// The BLAS LibTorch multiplies with is named on stderr and in each JSON row
+// (scripts/blas_compare.sh runs this with the reference BLAS and the installed one, alternated).
+//
 //   gradpress-bench train --config configs/lenet_fmnist_m1.yaml --steps 200 [--json]
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
@@ -24,6 +27,7 @@
 #include "common/timer.h"
 #include "server/server_options.h"
 #include "server/server_runner.h"
+#include "worker/blas.h"
 #include "worker/data/dataset.h"
 #include "worker/data/sampler.h"
 #include "worker/data/transforms.h"
@@ -51,7 +55,7 @@ struct Row {
 // Median ms per step of one process training batches of `batch` with `threads` threads.
 Row SingleProcess(const Config& c, const worker::data::DatasetPair& d, int64_t batch, int threads,
                   const TrainOptions& o) {
-  torch::set_num_threads(threads);
+  worker::SetComputeThreads(threads);
   torch::manual_seed(c.train.seed);
   auto model = worker::models::MakeModel(c.model, d.train.images.size(1), d.train.images.size(2),
                                          worker::data::kNumClasses);
@@ -95,7 +99,7 @@ Row ParameterServer(const Config& c, const TrainOptions& o) {
     to.server = "127.0.0.1:" + std::to_string(port);
     trainers.push_back(std::make_unique<worker::Trainer>(to));
   }
-  torch::set_num_threads(std::max(1, c.train.threads));
+  worker::SetComputeThreads(c.train.threads);
   std::vector<std::vector<worker::StepMetrics>> metrics(workers);
   std::vector<std::exception_ptr> errors(workers);
   std::vector<std::thread> threads;
@@ -161,9 +165,13 @@ void RunTrain(const TrainOptions& o) {
       worker::data::LoadDataset(c.dataset.name, c.dataset.path, c.dataset.subset,
                                 c.dataset.test_subset, static_cast<uint64_t>(c.train.seed));
   const int64_t total = c.train.batch_size * workers;
+  worker::BlasInfo blas_info = worker::DescribeBlas();
+  blas_info.threads = 0;  // each row sets its own (SetComputeThreads)
+  const std::string blas = blas_info.ToString();
   std::fprintf(stderr, "train bench: %s, %s, %d workers x batch %lld, %lld steps (+%lld warm-up)\n",
                c.model.c_str(), c.name.c_str(), workers, static_cast<long long>(c.train.batch_size),
                static_cast<long long>(o.steps), static_cast<long long>(o.warmup));
+  std::fprintf(stderr, "train bench: BLAS: %s\n", blas.c_str());
   std::vector<Row> rows;
   rows.push_back(SingleProcess(c, d, total, 1, o));
   if (workers > 1) rows.push_back(SingleProcess(c, d, total, workers, o));
@@ -177,12 +185,12 @@ void RunTrain(const TrainOptions& o) {
       std::printf(
           "{\"what\": %s, \"workers\": %d, \"threads\": %d, \"batch\": %lld, \"step_ms\": %s, "
           "\"compute_ms\": %s, \"encode_ms\": %s, \"network_ms\": %s, \"decode_ms\": %s, "
-          "\"wait_ms\": %s, \"ps_over_this\": %s}\n",
+          "\"wait_ms\": %s, \"ps_over_this\": %s, \"blas\": %s}\n",
           JsonString(r.what).c_str(), r.workers, r.threads, static_cast<long long>(r.batch),
           JsonNumber(r.step_ms).c_str(), JsonNumber(r.compute_ms).c_str(),
           JsonNumber(r.encode_ms).c_str(), JsonNumber(r.network_ms).c_str(),
           JsonNumber(r.decode_ms).c_str(), JsonNumber(r.wait_ms).c_str(),
-          JsonNumber(ps.step_ms / r.step_ms).c_str());
+          JsonNumber(ps.step_ms / r.step_ms).c_str(), JsonString(blas).c_str());
     } else {
       std::printf(
           "%-24s workers %d threads %d batch %4lld  %7.2f ms/step  (compute %.2f encode %.2f "

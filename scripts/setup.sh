@@ -9,7 +9,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake pkg-config ccache git
-  libtorch-dev
+  libtorch-dev libopenblas0-openmp
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libcli11-dev catch2 libyaml-cpp-dev zlib1g-dev
   dataset-fashion-mnist

@@ -10,6 +10,7 @@
 #include "common/timer.h"
 #include "compressors/compressor_config.h"
 #include "compressors/registry.h"
+#include "worker/blas.h"
 #include "worker/bucket_scheduler.h"
 #include "worker/data/dataset.h"
 #include "worker/data/sampler.h"
@@ -41,7 +42,7 @@ KeyCalibration CalibrateKeys(const Config& config, const std::vector<Calibration
   GP_ENFORCE(!methods.empty(), "no method to calibrate");
   const Config& c = config;
   compressors::RegisterBuiltinCompressors();
-  torch::set_num_threads(std::max(1, c.train.threads));
+  SetComputeThreads(c.train.threads);
   const int64_t batch = c.train.batch_size;
   const auto data = data::LoadDataset(c.dataset.name, c.dataset.path, 2 * batch, 1,
                                       static_cast<uint64_t>(c.train.seed));

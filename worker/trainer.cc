@@ -18,6 +18,7 @@
 #include "compressors/compressor_config.h"
 #include "compressors/registry.h"
 #include "transport/fault_injection.h"
+#include "worker/blas.h"
 #include "worker/compression_schedule.h"
 #include "worker/data/random.h"
 #include "worker/data/sampler.h"
@@ -45,7 +46,7 @@ Trainer::Trainer(TrainerOptions options)
   GP_ENFORCE(opt_.workers >= 1 && opt_.rank >= 0 && opt_.rank < opt_.workers, "rank ", opt_.rank,
              " outside [0, ", opt_.workers, ")");
   detail::ValidateConfig(c);  // a Config built in code gets the checks a loaded one had
-  torch::set_num_threads(std::max(1, c.train.threads));
+  SetComputeThreads(c.train.threads);
 
   data_ = opt_.data ? *opt_.data
                     : data::LoadDataset(c.dataset.name, c.dataset.path, c.dataset.subset,

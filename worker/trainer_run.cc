@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/task_threads.h"
 #include "common/timer.h"
+#include "worker/blas.h"
 #include "worker/data/sampler.h"
 #include "worker/data/transforms.h"
 #include "worker/lr_schedule.h"
@@ -44,6 +45,7 @@ TrainSummary Trainer::Run() {
   const Config& c = opt_.config;
   Timer wall;
   if (!opt_.run_dir.empty()) std::filesystem::create_directories(opt_.run_dir);
+  SetComputeThreads(c.train.threads);  // this thread trains (OpenMP's setting is per thread)
   Connect();
   TrainSummary s;
   int64_t done = 0;

@@ -30,6 +30,7 @@
 #include "common/logging.h"
 #include "transport/fault_injection.h"
 #include "transport/security.h"
+#include "worker/blas.h"
 #include "worker/grpc_ps_client.h"
 #include "worker/trainer.h"
 
@@ -126,7 +127,9 @@ int main(int argc, char** argv) {
     o.stop = &g_stop;
     std::signal(SIGTERM, OnSignal);
     std::signal(SIGINT, OnSignal);
-    const auto s = gradpress::worker::Trainer(o).Run();
+    gradpress::worker::Trainer trainer(o);
+    gradpress::worker::LogBlas("gradpress-worker");
+    const auto s = trainer.Run();
     if (g_stop)
       spdlog::info("stopped by a signal after {} steps (resume with --resume auto)", s.steps);
     spdlog::info(

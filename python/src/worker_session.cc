@@ -14,6 +14,7 @@
 #include "common/json_line.h"
 #include "compressors/registry.h"
 #include "transport/security.h"
+#include "worker/blas.h"
 #include "worker/data/dataset.h"
 #include "worker/data/sampler.h"
 #include "worker/data/transforms.h"
@@ -67,6 +68,7 @@ WorkerSession::WorkerSession(SessionOptions options, std::vector<std::string> na
   weights_ = config_.sync.exchange == "weights";
   config_.cluster.workers = id_.workers;  // the job's world size, as the server expects it
   config_.cluster.servers = ResolveServers(config_);
+  worker::LogBlas(("worker-" + std::to_string(id_.rank)).c_str());
   GP_ENFORCE(!params_.empty(), "no parameters to exchange");
   GP_ENFORCE(names_.size() == params_.size(), names_.size(), " names for ", params_.size(),
              " parameters");
