@@ -135,7 +135,9 @@ def test_two_workers_train_and_launch_exits_0_with_the_run_directory(tmp_path, s
         up = int(words[words.index("bytes_up") + 1])
         down = int(words[words.index("bytes_down") + 1])
         assert 0 < up < DENSE / 4 and 0 < down < DENSE / 4, line
-        assert (run_dir / f"worker-{r}.log").read_text().startswith(f"rank {r} local {r}")
+        log = (run_dir / f"worker-{r}.log").read_text().splitlines()
+        assert any(x.startswith(f"rank {r} local {r}") for x in log), log  # the script's output
+        assert any(f"worker-{r}: " in x and "BLAS: " in x for x in log), log  # the session's
     record = assert_all_gone(run_dir, tmp_path)
     assert len(record["servers"]) == servers
     addresses = ",".join(s["address"] for s in record["servers"])
