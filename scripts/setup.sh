@@ -16,6 +16,7 @@ PACKAGES=(
   clang-format gnuplot-nox iproute2 procps
   docker-compose python3-grpcio python3-yaml
   python3-dev pybind11-dev python3-torch python3-pytest fortunes
+  python3-venv python3-setuptools python3-wheel
   openssl curl clang-14 libclang-rt-14-dev llvm-14
   slurm-wlm munge
   libjs-chart.js chromium fonts-dejavu-core

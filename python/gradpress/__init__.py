@@ -7,9 +7,11 @@
                                   model.named_parameters(), config="configs/lenet_fmnist_m5.yaml")
     gp.broadcast_parameters(model, opt)
 
-The compiled part, ``gradpress._C``, is built by the project's CMake build into
-``build/python/gradpress/``; with ``PYTHONPATH=build/python:python`` both halves import as
-one package (the line below joins every ``gradpress`` directory on the path).
+``pip install .`` (setup.py) installs the package with its compiled part, ``gradpress._C``,
+and the ``gradpress-server`` binary (``gradpress/bin/``). In a developer's build tree the
+CMake build puts ``_C`` in ``build/python/gradpress/``; with
+``PYTHONPATH=build/python:python`` both halves import as one package (the line below joins
+every ``gradpress`` directory on the path).
 """
 import pkgutil
 

@@ -67,8 +67,9 @@ def _parser():
 
 
 def find_server_bin(flag):
-    """--server-bin, else $GRADPRESS_SERVER_BIN, else server/gradpress-server of the build tree
-    this package's _C comes from (or <repo>/build from the sources), else PATH."""
+    """--server-bin, else $GRADPRESS_SERVER_BIN, else the one `pip install .` put beside this
+    package (gradpress/bin/), else server/gradpress-server of the build tree this package's _C
+    comes from (or <repo>/build from the sources), else PATH."""
     for path, source in ((flag, "--server-bin"),
                          (os.environ.get("GRADPRESS_SERVER_BIN"), "$GRADPRESS_SERVER_BIN")):
         if path:
@@ -76,7 +77,7 @@ def find_server_bin(flag):
                 raise UsageError(f"{source}: '{path}' is not an executable file")
             return os.path.abspath(path)
     import gradpress
-    candidates = []
+    candidates = [pathlib.Path(d) / "bin" / "gradpress-server" for d in gradpress.__path__]
     for d in map(pathlib.Path, gradpress.__path__):  # build/python/gradpress, python/gradpress
         candidates += [d.parent.parent / "server" / "gradpress-server",
                        d.parent.parent / "build" / "server" / "gradpress-server"]
