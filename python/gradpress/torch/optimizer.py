@@ -8,7 +8,7 @@ from gradpress import _C
 from gradpress import _config
 
 _live = weakref.WeakSet()  # open optimizers, closed at exit (summary.json, dashboard rows)
-_latest = None  # weakref to the newest DistributedOptimizer
+_made = {}  # wrapped optimizer class -> its DistributedOptimizer subclass
 
 
 def _named_leaves(optimizer, named_parameters):
@@ -65,7 +65,19 @@ def _hook(optimizer_ref, key):
     return hook
 
 
-class DistributedOptimizer(torch.optim.Optimizer):
+def _subclass_for(wrapped_cls):
+    """The class of a DistributedOptimizer wrapping an optimizer of `wrapped_cls`: the method
+    resolution is DistributedOptimizer's methods, then the wrapped class's."""
+    made = _made.get(wrapped_cls)
+    if made is None:
+        made = type(wrapped_cls.__name__, (DistributedOptimizer, wrapped_cls),
+                    {"__module__": DistributedOptimizer.__module__,
+                     "__qualname__": f"DistributedOptimizer[{wrapped_cls.__qualname__}]"})
+        _made[wrapped_cls] = made
+    return made
+
+
+class DistributedOptimizer:
     """Wraps a PyTorch optimizer: each step's gradients are averaged over the job's workers
     by a gradpress server, compressed by the job's codecs, then the wrapped optimizer steps.
 
@@ -91,25 +103,37 @@ class DistributedOptimizer(torch.optim.Optimizer):
     ``step()`` waits for the averaged gradients, writes them into ``p.grad`` and steps the
     wrapped optimizer. A parameter without a gradient in a step (unused) is exchanged as
     zeros. One backward per step. Call ``broadcast_parameters`` before the first backward.
+
+    As Horovod's, the object returned is an instance of a subclass of the wrapped optimizer's
+    own class, made at run time (``isinstance(opt, torch.optim.SGD)`` holds, and torch's
+    ``Optimizer`` constructor, defaults and hooks are those of the installed torch); it shares
+    the wrapped optimizer's param groups and state, and steps with its class's ``step``.
     """
+
+    def __new__(cls, optimizer=None, *args, **kwargs):
+        if cls is DistributedOptimizer:  # gp.DistributedOptimizer(opt, ...): the made subclass
+            if not isinstance(optimizer, torch.optim.Optimizer):
+                raise TypeError(f"optimizer: expected a torch.optim.Optimizer, got "
+                                f"{type(optimizer).__name__}")
+            if isinstance(optimizer, DistributedOptimizer):
+                raise TypeError("optimizer is a DistributedOptimizer already")
+            cls = _subclass_for(type(optimizer))
+        return object.__new__(cls)
 
     def __init__(self, optimizer, named_parameters=None, config=None, push=None, pull=None,
                  rank=None, world_size=None, server=None, run_dir=None, bucket_mb=None, *,
                  overrides=None, incarnation=1):
-        global _latest
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(f"optimizer: expected a torch.optim.Optimizer, got "
-                            f"{type(optimizer).__name__}")
-        if isinstance(optimizer, DistributedOptimizer):
-            raise TypeError("optimizer is a DistributedOptimizer already")
         self._session = None
         self._handles = []
         names, params = _named_leaves(optimizer, named_parameters)
-        self._optimizer = optimizer
-        # The wrapped optimizer's own lists, so lr schedulers and loops see one state.
-        self.param_groups = optimizer.param_groups
-        self.state = optimizer.state
+        # The wrapped class's own constructor over the same param groups (each keeps its
+        # hyperparameters), as Horovod does; then the wrapped optimizer's defaults and state,
+        # so lr schedulers and loops that hold either object see one state.
+        self._constructing = True
+        super(DistributedOptimizer, self).__init__(optimizer.param_groups)
+        self._constructing = False
         self.defaults = optimizer.defaults
+        self.state = optimizer.state
         self._names, self._params = names, params
         self._pending_state = None
         self._restored_step = None
@@ -123,8 +147,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if self._session.pipelined:
             me = weakref.ref(self)
             self._handles = [p.register_hook(_hook(me, i)) for i, p in enumerate(params)]
+        me = weakref.ref(self)
+        for p in params:  # broadcast_parameters finds the optimizer through its parameters
+            p._gradpress_optimizer = me
         _live.add(self)
-        _latest = weakref.ref(self)
 
     # -- the identity the job resolved ------------------------------------------------------
     @property
@@ -152,13 +178,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        wrapped_step = super(DistributedOptimizer, self).step
         if session.local_steps:  # method 6: a local step; every sync.every-th is averaged
-            self._optimizer.step()
+            wrapped_step()
             session.exchange(self.param_groups[0]["lr"])
         else:
             session.exchange(self.param_groups[0]["lr"])  # the GIL is released while it waits
             if not session.weights:  # methods 1-2: the server stepped, its weights are in place
-                self._optimizer.step()
+                wrapped_step()
         session.end_step(float(loss) if loss is not None else 0.0)
         self._last = session.last()
         return loss
@@ -170,10 +197,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         of the weights kept; the other methods return ``accuracy``. Call it on every worker."""
         return self._open().end_epoch(int(epoch), float(accuracy))
 
-    def zero_grad(self, set_to_none=False):
-        self._optimizer.zero_grad(set_to_none=set_to_none)
-
     def add_param_group(self, param_group):
+        if getattr(self, "_constructing", False):  # the wrapped class's constructor
+            return super(DistributedOptimizer, self).add_param_group(param_group)
         raise RuntimeError("the parameters a DistributedOptimizer exchanges are fixed when it "
                            "is made: add the group to the wrapped optimizer first")
 
@@ -187,7 +213,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """The wrapped optimizer's state_dict plus ``"gradpress"``: the step and the push
         codecs' state (error-feedback residuals, momenta, RNG) as bytes."""
         session = self._open()
-        sd = self._optimizer.state_dict()
+        sd = super(DistributedOptimizer, self).state_dict()
         codec = session.save_state() if session.connected else (self._pending_state or b"")
         sd["gradpress"] = {"step": session.step, "codec_state": codec, "names": list(self._names)}
         return sd
@@ -198,7 +224,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         ours = state_dict.pop("gradpress", None)
         if ours is not None and list(ours.get("names", self._names)) != self._names:
             raise ValueError("load_state_dict: the state is of another model's parameters")
-        self._optimizer.load_state_dict(state_dict)
+        super(DistributedOptimizer, self).load_state_dict(state_dict)
         if ours is not None and not session.connected:
             self._restored_step = int(ours.get("step", 0))  # a restarted worker's checkpoint
         if ours is None or not ours.get("codec_state"):
@@ -235,22 +261,32 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.close()
 
     def __repr__(self):
-        return f"gradpress.torch.DistributedOptimizer({self._optimizer!r})"
+        wrapped = super(DistributedOptimizer, self).__repr__()
+        return f"gradpress.torch.DistributedOptimizer({wrapped})"
 
 
 def broadcast_parameters(model_or_named_params, optimizer=None):
     """Registers the model with the server and adopts its initial weights: the first worker's
     offer wins, every worker then starts from the same weights. Returns True if this worker's
     were kept. ``model_or_named_params``: an ``nn.Module`` or (name, tensor) pairs / a dict of
-    the parameters the DistributedOptimizer (``optimizer``, else the newest one) exchanges."""
-    opt = optimizer if optimizer is not None else (_latest() if _latest is not None else None)
-    if opt is None or opt._session is None:
-        raise RuntimeError("broadcast_parameters: make the gradpress.torch.DistributedOptimizer "
-                           "first (it holds the connection to the server)")
+    the parameters a DistributedOptimizer exchanges (``optimizer``, else the one made over
+    these parameters: each parameter knows the optimizer that exchanges it)."""
     if isinstance(model_or_named_params, torch.nn.Module):
         named = dict(model_or_named_params.named_parameters())
     else:
         named = dict(model_or_named_params)
+    opt = optimizer
+    if opt is None:
+        owners = {ref() for ref in (getattr(p, "_gradpress_optimizer", None)
+                                    for p in named.values()) if ref is not None}
+        owners.discard(None)
+        if len(owners) > 1:
+            raise ValueError("broadcast_parameters: these parameters belong to "
+                             f"{len(owners)} DistributedOptimizers; pass optimizer=")
+        opt = owners.pop() if owners else None
+    if opt is None or opt._session is None:
+        raise RuntimeError("broadcast_parameters: make the gradpress.torch.DistributedOptimizer "
+                           "over these parameters first (it holds the connection to the server)")
     ours = dict(zip(opt._names, opt._params))
     for name, p in named.items():
         if isinstance(p, torch.Tensor) and not p.requires_grad and name not in ours:
