@@ -103,6 +103,19 @@ wait_step() {  # DIR RANK STEP
   return 1
 }
 
+# wait_checkpoint DIR SHARD STEP: until server-SHARD has written a checkpoint of STEP or later.
+wait_checkpoint() {
+  local s
+  for _ in $(seq 1200); do
+    s=$(ls "$1/ckpt/server-$2" 2>/dev/null | sed -n 's/step-0*\([0-9][0-9]*\)\.ckpt/\1/p' |
+      sort -n | tail -1 || true)  # no directory yet: nothing written
+    (( ${s:-0} >= $3 )) && return 0
+    sleep 0.05
+  done
+  echo "faults_test: shard $2 never wrote a checkpoint of step $3" >&2
+  return 1
+}
+
 # retries DIR RANK: calls rank RANK retried so far (the client logs "...; retry N in S s").
 retries() {
   local n
@@ -362,7 +375,10 @@ shard_kill() {
   scenario_sets=(--set "cluster.servers=127.0.0.1:${shard_port[0]},127.0.0.1:${shard_port[1]}")
   start_worker "$d" 0
   start_worker "$d" 1
-  wait_step "$d" 0 "$kill_at"
+  # Killed just after its checkpoint before kill_at, so that checkpoint is behind the job (a
+  # step takes ~6 ms: waiting for the workers' step kill_at, the shard could be at its next
+  # checkpoint by the time the signal lands, leaving nothing to catch up).
+  wait_checkpoint "$d" 1 $(( kill_at / every * every ))
   r0=$(retries "$d" 0)
   r1=$(retries "$d" 1)
   kill -9 "${shard_pid[1]}"
