@@ -15,7 +15,7 @@ launch's (docs/python.md):
         examples/torch_transformer_lm.yaml examples/torch_transformer_lm.py --steps 400
 
 (--steps 400 is a third of an epoch, a quick look; docs/python.md has both runs at 400 to
-23,600 steps, 20 epochs, and how OpenBLAS makes them 8x faster.)
+23,600 steps, 20 epochs.)
 
 Data: the fortune files of Debian's `fortunes` package (/usr/share/games/fortunes, the files
 without .dat/.u8), cut into fortunes at the `%` lines; a seeded shuffle puts 95% of them in
