@@ -99,7 +99,6 @@ Row ParameterServer(const Config& c, const TrainOptions& o) {
     to.server = "127.0.0.1:" + std::to_string(port);
     trainers.push_back(std::make_unique<worker::Trainer>(to));
   }
-  worker::SetComputeThreads(c.train.threads);
   std::vector<std::vector<worker::StepMetrics>> metrics(workers);
   std::vector<std::exception_ptr> errors(workers);
   std::vector<std::thread> threads;

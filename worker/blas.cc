@@ -27,8 +27,37 @@ int CollectBlas(dl_phdr_info* info, size_t /*size*/, void* data) {
   return 0;
 }
 
-// A symbol of an already loaded library (and its dependencies); nullptr if absent.
-void* Find(void* handle, const char* symbol) { return handle ? dlsym(handle, symbol) : nullptr; }
+// The BLAS library LibTorch calls, already loaded: the generic libblas.so.3 LibTorch links
+// (its symbols lookups reach the library behind it), else the first BLAS-named one. Holds a
+// NOLOAD reference, dropped on destruction (the library itself stays loaded).
+class LoadedBlas {
+ public:
+  LoadedBlas() {
+    std::vector<std::string> found;
+    dl_iterate_phdr(CollectBlas, &found);
+    if (found.empty()) return;
+    const auto generic = std::find_if(found.begin(), found.end(), [](const std::string& p) {
+      return std::filesystem::path(p).filename().string().rfind("libblas.so", 0) == 0;
+    });
+    path_ = generic != found.end() ? *generic : found.front();
+    handle_ = dlopen(path_.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  }
+  ~LoadedBlas() {
+    if (handle_ != nullptr) dlclose(handle_);
+  }
+  LoadedBlas(const LoadedBlas&) = delete;
+  LoadedBlas& operator=(const LoadedBlas&) = delete;
+  const std::string& path() const { return path_; }
+  // A symbol of the library (or of those it depends on); nullptr if absent.
+  template <typename Fn>
+  Fn Find(const char* symbol) const {
+    return handle_ ? reinterpret_cast<Fn>(dlsym(handle_, symbol)) : nullptr;
+  }
+
+ private:
+  std::string path_;
+  void* handle_ = nullptr;
+};
 
 std::string Resolved(const std::string& path) {
   std::error_code ec;
@@ -53,34 +82,25 @@ std::string BlasInfo::ToString() const {
 }
 
 BlasInfo DescribeBlas() {
-  std::vector<std::string> found;
-  dl_iterate_phdr(CollectBlas, &found);
+  const LoadedBlas blas;
   BlasInfo info;
-  if (found.empty()) return info;
-  // LibTorch links the generic libblas.so.3; prefer it over a library it pulls in.
-  const auto generic = std::find_if(found.begin(), found.end(), [](const std::string& p) {
-    return std::filesystem::path(p).filename().string().rfind("libblas.so", 0) == 0;
-  });
-  const std::string path = generic != found.end() ? *generic : found.front();
-  info.library = Resolved(path);
-  void* h = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
-  using ConfigFn = char* (*)();
+  if (blas.path().empty()) return info;
+  info.library = Resolved(blas.path());
   using IntFn = int (*)();
-  if (auto config = reinterpret_cast<ConfigFn>(Find(h, "openblas_get_config"))) {
+  if (auto config = blas.Find<char* (*)()>("openblas_get_config")) {
     info.kind = BlasInfo::Kind::kOpenBlas;
     info.name = config();
     if (info.name.rfind("OpenBLAS", 0) != 0) info.name = "OpenBLAS " + info.name;
-    if (auto parallel = reinterpret_cast<IntFn>(Find(h, "openblas_get_parallel"))) {
+    if (auto parallel = blas.Find<IntFn>("openblas_get_parallel")) {
       const int mode = parallel();  // 0 sequential, 1 pthreads, 2 OpenMP
       info.name += mode == 2 ? " (OpenMP)" : mode == 1 ? " (pthreads)" : " (sequential)";
     }
-    if (auto n = reinterpret_cast<IntFn>(Find(h, "openblas_get_num_threads"))) info.threads = n();
-  } else if (auto version =
-                 reinterpret_cast<const char* (*)()>(Find(h, "bli_info_get_version_str"))) {
+    if (auto n = blas.Find<IntFn>("openblas_get_num_threads")) info.threads = n();
+  } else if (auto version = blas.Find<const char* (*)()>("bli_info_get_version_str")) {
     info.kind = BlasInfo::Kind::kBlis;
     info.name = std::string("BLIS ") + version();
-    if (auto n = reinterpret_cast<IntFn>(Find(h, "bli_thread_get_num_threads"))) info.threads = n();
-  } else if (Find(h, "MKL_Get_Max_Threads") != nullptr) {
+    if (auto n = blas.Find<IntFn>("bli_thread_get_num_threads")) info.threads = n();
+  } else if (blas.Find<void*>("MKL_Get_Max_Threads") != nullptr) {
     info.kind = BlasInfo::Kind::kMkl;
     info.name = "Intel MKL";
   } else {
@@ -90,24 +110,17 @@ BlasInfo DescribeBlas() {
     info.kind = netlib ? BlasInfo::Kind::kReference : BlasInfo::Kind::kUnknown;
     info.name = netlib ? "reference BLAS" : "an unrecognised BLAS";
   }
-  if (h != nullptr) dlclose(h);  // drops the reference NOLOAD took; the library stays
   return info;
 }
 
 void SetComputeThreads(int threads) {
   threads = std::max(1, threads);
   at::set_num_threads(threads);
-  std::vector<std::string> found;
-  dl_iterate_phdr(CollectBlas, &found);
-  for (const auto& path : found) {
-    void* h = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
-    if (auto set = reinterpret_cast<void (*)(int)>(Find(h, "openblas_set_num_threads")))
-      set(threads);
-    else if (auto set_blis =
-                 reinterpret_cast<void (*)(int64_t)>(Find(h, "bli_thread_set_num_threads")))
-      set_blis(threads);
-    if (h != nullptr) dlclose(h);
-  }
+  const LoadedBlas blas;
+  if (auto set = blas.Find<void (*)(int)>("openblas_set_num_threads"))
+    set(threads);
+  else if (auto set_blis = blas.Find<void (*)(int64_t)>("bli_thread_set_num_threads"))
+    set_blis(threads);
 }
 
 void LogBlas(const char* who) {

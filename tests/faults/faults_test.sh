@@ -103,13 +103,18 @@ wait_step() {  # DIR RANK STEP
   return 1
 }
 
+# newest_checkpoint DIR SHARD: the step of server-SHARD's newest checkpoint (0: none yet).
+newest_checkpoint() {
+  local s
+  s=$(ls "$1/ckpt/server-$2" 2>/dev/null | sed -n 's/step-0*\([0-9][0-9]*\)\.ckpt/\1/p' |
+    sort -n | tail -1 || true)
+  echo "${s:-0}"
+}
+
 # wait_checkpoint DIR SHARD STEP: until server-SHARD has written a checkpoint of STEP or later.
 wait_checkpoint() {
-  local s
   for _ in $(seq 1200); do
-    s=$(ls "$1/ckpt/server-$2" 2>/dev/null | sed -n 's/step-0*\([0-9][0-9]*\)\.ckpt/\1/p' |
-      sort -n | tail -1 || true)  # no directory yet: nothing written
-    (( ${s:-0} >= $3 )) && return 0
+    (( $(newest_checkpoint "$1" "$2") >= $3 )) && return 0
     sleep 0.05
   done
   echo "faults_test: shard $2 never wrote a checkpoint of step $3" >&2
@@ -384,7 +389,7 @@ shard_kill() {
   kill -9 "${shard_pid[1]}"
   wait "${shard_pid[1]}" 2>/dev/null || true
   at=$(last_step "$d" 0)
-  restored=$(ls "$d/ckpt/server-1" | sed -n 's/step-0*\([0-9][0-9]*\)\.ckpt/\1/p' | sort -n | tail -1)
+  restored=$(newest_checkpoint "$d" 1)
   wait_retry "$d" 0 "$r0" && wait_retry "$d" 1 "$r1" || fail "shard_kill: the workers never retried"
   start_shard "$d" 1 --resume auto
   for r in 0 1; do

@@ -144,10 +144,9 @@ class DistributedOptimizer:
             _config.job_overrides(push, pull, bucket_mb, overrides), rank, world_size,
             None if server is None else str(server), "" if run_dir is None else str(run_dir),
             int(incarnation), names, params)
-        if self._session.pipelined:
-            me = weakref.ref(self)
-            self._handles = [p.register_hook(_hook(me, i)) for i, p in enumerate(params)]
         me = weakref.ref(self)
+        if self._session.pipelined:
+            self._handles = [p.register_hook(_hook(me, i)) for i, p in enumerate(params)]
         for p in params:  # broadcast_parameters finds the optimizer through its parameters
             p._gradpress_optimizer = me
         _live.add(self)
@@ -277,9 +276,8 @@ def broadcast_parameters(model_or_named_params, optimizer=None):
         named = dict(model_or_named_params)
     opt = optimizer
     if opt is None:
-        owners = {ref() for ref in (getattr(p, "_gradpress_optimizer", None)
-                                    for p in named.values()) if ref is not None}
-        owners.discard(None)
+        refs = (getattr(p, "_gradpress_optimizer", None) for p in named.values())
+        owners = {ref() for ref in refs if ref is not None} - {None}  # None: a closed-and-gone one
         if len(owners) > 1:
             raise ValueError("broadcast_parameters: these parameters belong to "
                              f"{len(owners)} DistributedOptimizers; pass optimizer=")
