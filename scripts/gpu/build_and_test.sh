@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Runs ON the GPU machine (the device tool's `run`), from the repository root: builds
+# Runs ON the GPU machine, from the root of a copied checkout: builds
 # gradpress against the LibTorch inside the machine's PyTorch plus the Debian bookworm
-# packages carried in .gpu/debs, then tests, benchmarks and trains on the GPU. The recipe,
-# and what each stage measured, are in docs/gpu.md. Prepare the carried folders here first
+# packages in .gpu/debs, then tests, benchmarks and trains on the GPU. The recipe,
+# and what each stage measured, are in docs/gpu.md. Prepare the .gpu/ folders first
 # with scripts/gpu/fetch_debs.sh.
 #
 #   bash scripts/gpu/build_and_test.sh                 # every stage, inside BUDGET_S seconds
@@ -32,7 +32,7 @@
 #   traincpu   the same for method 5 with device=cpu, TRAIN_CPU_STEPS steps, for comparison
 #   slow       ctest -L slow
 # Each stage gets at most the seconds left before BUDGET_S (default 570); stages that
-# would not fit are skipped and say so. Logs go to $OUT (the device tool returns them):
+# would not fit are skipped and say so. Logs go to $OUT (default .gpu/out):
 # log.txt (everything), build.log, ctest_fast.log, ctest_slow.log, bench.txt,
 # runs.tar.gz, prebuilt.tar.gz.
 set -uo pipefail
@@ -174,7 +174,7 @@ configure_with() {
     "-DCMAKE_PROJECT_INCLUDE=$REPO/scripts/gpu/deps.cmake" "-DGP_DEB_ROOT=$ROOT"
     -DCMAKE_CUDA_ARCHITECTURES=90)
   [[ -n $NVCC ]] && args+=("-DCMAKE_CUDA_COMPILER=$NVCC")
-  # The dashboard's Chart.js, from the carried libjs-chart.js package.
+  # The dashboard's Chart.js, from the libjs-chart.js package in .gpu/debs.
   local chart=$ROOT/usr/share/javascript/chart.js/chart.min.js
   [[ -f $chart ]] && args+=("-DGP_CHARTJS=$chart")
   echo "+ cmake ${args[*]}"

@@ -1,16 +1,14 @@
 #!/usr/bin/env bash
-# Everything of issue 32 that needs a GPU, in one run on the GPU machine (the device tool's
-# `run`, from the repository root; the working tree travels with it), inside BUDGET_S seconds
-# (default 450, under the run's 8 minutes):
+# Everything that needs a GPU, in one run on a machine with an NVIDIA GPU, from the root of a
+# copied checkout, inside BUDGET_S seconds (default 450):
 #
-#   run(command="bash scripts/gpu/check.sh", carry=[".gpu/debs"], timeout_s=540)
-#   run(command="FULL=1 BUDGET_S=560 bash scripts/gpu/check.sh",
-#       carry=[".gpu/debs", ".gpu/data", ".gpu/src.tar.gz"], timeout_s=600)   # and training
+#   OUT=/tmp/gp-check bash scripts/gpu/check.sh                       # OUT: .gpu/check-out
+#   OUT=/tmp/gp-check FULL=1 BUDGET_S=560 bash scripts/gpu/check.sh   # and training
 #
-# Prepare .gpu/debs here first: bash scripts/gpu/fetch_debs.sh (docs/gpu.md). Every stage
+# Prepare .gpu/ first, on a Debian machine: bash scripts/gpu/fetch_debs.sh (docs/gpu.md). Every stage
 # logs to $OUT/<stage>.log and adds its exit code and wall time to $OUT/summary.txt (at the
 # end the logs are packed into $OUT/logs.tar.gz beside summary.txt, bench.txt,
-# bench_small.txt, medians.txt, profile.txt and trace.txt: the device tool returns 8 files).
+# bench_small.txt, medians.txt, profile.txt and trace.txt, for copying back a few files).
 # A stage is skipped when too little of the budget is left, and a failure stops only the stages that
 # need its output (each looks for the executable it runs, so a partial build still tests what
 # built). Without a GPU (the rehearsal here) the tests and the bench exit 77 and are reported
@@ -111,7 +109,7 @@ stage_probe() {
 stage_deps() {
   local t0=$SECONDS n=0 rc=0 f link
   if ! compgen -G ".gpu/debs/*.deb" >/dev/null; then
-    skip deps "no .gpu/debs (scripts/gpu/fetch_debs.sh, then carry it); system packages only"
+    skip deps "no .gpu/debs (scripts/gpu/fetch_debs.sh, then copy it along); system packages only"
     return
   fi
   rm -rf "$ROOT" && mkdir -p "$ROOT"
@@ -278,7 +276,7 @@ stage_profile() {
   record profile "$rc" "$t0" "profile.txt (CUPTI trace)"
 }
 
-# The LibTorch build of docs/gpu.md and its training runs (carry .gpu/data and .gpu/src.tar.gz
+# The LibTorch build of docs/gpu.md and its training runs (needs .gpu/data and .gpu/src.tar.gz
 # too): LeNet methods 5 and 1 alternated, VGG11 methods 5 and 1, the CUDA half of
 # key_codecs_test, and the runs' per-step medians (full/medians.txt).
 stage_full() {
@@ -325,9 +323,9 @@ for stage in ${STAGES//,/ }; do
 done
 echo "=== summary ($((SECONDS - T0))s of $BUDGET_S)"
 cat "$OUT/summary.txt"
-# The device tool brings back at most 8 files of $OUT: the summary, the bench tables, the
-# training medians, profile.txt and trace.txt stay on top, and every log this script wrote goes
-# into logs.tar.gz.
+# A few files are enough to copy back: the summary, the bench tables, the training medians,
+# profile.txt and trace.txt stay on top of $OUT, and every log this script wrote goes into
+# logs.tar.gz.
 [[ -f $OUT/full/medians.txt ]] && cp "$OUT/full/medians.txt" "$OUT/medians.txt"
 # Files over 2 MiB (the training runs' checkpoints) stay behind: one file comes back up to 16 MiB.
 (cd "$OUT" && find ./*.log torch_reference.json bench.json device_tests full trace -type f \

@@ -8,8 +8,8 @@
 #                                        #    .gpu/data/fashion-mnist/*.gz
 #   scripts/gpu/fetch_debs.sh --extract  # also dpkg -x them into .gpu/root (local check)
 #
-# .gpu/ is kept out of git through .git/info/exclude. The GPU machine receives .gpu/debs
-# and .gpu/data through the device tool's `carry` and extracts the debs itself
+# .gpu/ is kept out of git through .git/info/exclude. Copy it with the checkout to the GPU
+# machine, which extracts the debs itself
 # (scripts/gpu/build_and_test.sh), since the .debs are smaller than the extracted tree.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
