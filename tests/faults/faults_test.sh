@@ -374,16 +374,18 @@ start_shard() {  # DIR SHARD [args...]: logs DIR/server-SHARD.out; its port kept
 shard_kill() {
   local d=$out/shard_kill at restored a r0 r1 rc ok=1
   shard_port=()
-  start_shard "$d" 0
-  start_shard "$d" 1
+  # The shards checkpoint every 200 steps here: killed ten steps past its checkpoint, shard 1
+  # is behind the job by then, and its next checkpoint is 190 steps (over a second) away, so
+  # the signal cannot land after it whatever the machine's step time (6 ms here).
+  local shard_every=(--set train.checkpoint_every=200) ckpt=200
+  start_shard "$d" 0 "${shard_every[@]}"
+  start_shard "$d" 1 "${shard_every[@]}"
   port=${shard_port[0]}
   scenario_sets=(--set "cluster.servers=127.0.0.1:${shard_port[0]},127.0.0.1:${shard_port[1]}")
   start_worker "$d" 0
   start_worker "$d" 1
-  # Killed just after its checkpoint before kill_at, so that checkpoint is behind the job (a
-  # step takes ~6 ms: waiting for the workers' step kill_at, the shard could be at its next
-  # checkpoint by the time the signal lands, leaving nothing to catch up).
-  wait_checkpoint "$d" 1 $(( kill_at / every * every ))
+  wait_checkpoint "$d" 1 $ckpt
+  wait_step "$d" 0 $(( ckpt + 10 ))
   r0=$(retries "$d" 0)
   r1=$(retries "$d" 1)
   kill -9 "${shard_pid[1]}"
@@ -391,7 +393,7 @@ shard_kill() {
   at=$(last_step "$d" 0)
   restored=$(newest_checkpoint "$d" 1)
   wait_retry "$d" 0 "$r0" && wait_retry "$d" 1 "$r1" || fail "shard_kill: the workers never retried"
-  start_shard "$d" 1 --resume auto
+  start_shard "$d" 1 --resume auto "${shard_every[@]}"
   for r in 0 1; do
     wait_rc "${wpid[$r]}"
     [[ $rc == 0 ]] || { ok=0; echo "worker-$r exited $rc" >&2; tail -20 "$d/worker-$r.out" >&2; }
