@@ -19,7 +19,11 @@ or by hand: start a server with the job's config, then one copy of this script p
 
 Reads Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist). Each worker trains
 on its shard of every epoch (a seeded permutation, rank r takes every world-th image) and
-prints the test accuracy per epoch, then bytes and times per step.
+prints the test accuracy per epoch, then bytes and times per step. With --worker-data the
+batches are gradpress-worker's own (gp.worker_data: the job's dataset, shard and order), for
+a like-for-like comparison with the C++ worker. Every epoch ends with end_epoch (method 6's
+rule, the dynamic ladder's decision from the test accuracy and the loss on the first 4096
+training images, DGC's warm-up density).
 """
 import argparse
 import gzip
@@ -85,11 +89,14 @@ def main():
                     help="metrics.jsonl and summary.json go here (default: gradpress.launch's "
                     "run directory, $GRADPRESS_RUN_DIR)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    ap.add_argument("--worker-data", action="store_true",
+                    help="gradpress-worker's batches of the job's dataset (gp.worker_data)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     train_x, train_y = load(a.data, "train")
     test_x, test_y = load(a.data, "t10k")
+    probe_x, probe_y = train_x[:4096], train_y[:4096]  # the dynamic ladder's images
     model = Net()
     opt = gp.DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum),
@@ -100,17 +107,22 @@ def main():
     per_epoch = (per_rank + a.batch_size - 1) // a.batch_size
     steps, stats, started = 0, [], time.monotonic()
     for epoch in range(a.epochs):
-        g = torch.Generator().manual_seed(a.seed + epoch)
-        mine = torch.randperm(len(train_x), generator=g)[rank::world][:per_rank]
+        if a.worker_data:  # the C++ worker's shard and order of this epoch
+            (xs, ys), (test_x, test_y) = gp.worker_data(a.config, rank, world, epoch)
+            mine = torch.arange(len(ys))
+        else:
+            g = torch.Generator().manual_seed(a.seed + epoch)
+            xs, ys = train_x, train_y
+            mine = torch.randperm(len(train_x), generator=g)[rank::world][:per_rank]
         model.train()
-        for b in range(0, per_rank, a.batch_size):
+        for b in range(0, len(mine), a.batch_size):
             idx = mine[b:b + a.batch_size]
             if a.lr_schedule == "cosine":
                 for group in opt.param_groups:
                     group["lr"] = a.lr * 0.5 * (1 + math.cos(math.pi * steps /
                                                              (per_epoch * a.epochs)))
             opt.zero_grad()
-            loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
+            loss = F.cross_entropy(model(xs[idx]), ys[idx])
             loss.backward()
             opt.step()
             stats.append(opt.stats())
@@ -121,8 +133,12 @@ def main():
         with torch.no_grad():
             correct = sum((model(test_x[i:i + 1000]).argmax(1) == test_y[i:i + 1000]).sum().item()
                           for i in range(0, len(test_x), 1000))
-        print(f"worker {rank} epoch {epoch} loss {loss.item():.4f} "
-              f"test_acc {correct / len(test_x):.4f}", flush=True)
+            probe = sum(F.cross_entropy(model(probe_x[i:i + 256]), probe_y[i:i + 256],
+                                        reduction="sum").item()
+                        for i in range(0, len(probe_x), 256)) / len(probe_x)
+        acc = opt.end_epoch(epoch, correct / len(test_x), train_loss=probe)
+        print(f"worker {rank} epoch {epoch} loss {loss.item():.4f} test_acc {acc:.4f}",
+              flush=True)
         if a.max_steps and steps >= a.max_steps:
             break
     opt.close()

@@ -22,18 +22,42 @@ Exchange::Exchange(ExchangeContext ctx, ExchangeTraits traits)
     traits_.server_weights = ExchangeTraits::ServerWeights::kShadow;
 }
 
-void Exchange::Init() {
+bool Exchange::Init() {
+  if (traits_.stats_keys) {
+    // Gaussian: the server holds (mean, std) per key; every worker starts from the same
+    // seeded init.
+    std::vector<torch::Tensor> init;
+    for (size_t i = 0; i < ctx_.params->size(); ++i) init.push_back(torch::zeros({2}));
+    return ctx_.client->InitOrPull(&init);
+  }
   std::vector<torch::Tensor> weights = Aliases();  // InitOrPull writes into them
-  ctx_.client->InitOrPull(&weights);
+  return ctx_.client->InitOrPull(&weights);
 }
 
-void Exchange::SetLr(double lr) {
+void Exchange::Prepare(int64_t step, double lr) {
+  step_ = step;
   if (ctx_.optimizer) {
     for (auto& group : ctx_.optimizer->param_groups())
       static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
   }
   // Methods 1-2: the server's SGD steps with the schedule; 3-5: its shadow weights do.
   if (traits_.server_follows_lr) server_lr_ = lr;
+}
+
+ExchangeState Exchange::State(int64_t step) const {
+  return counters_ ? *counters_ : ExchangeState{step, 0, {}};
+}
+
+void Exchange::Restore(int64_t server_step, int64_t since_exchange) {
+  if (!counters_) return;  // the local step is the server's: nothing else to restore
+  counters_->server_step = server_step;
+  counters_->since_exchange = since_exchange;
+}
+
+double Exchange::EndEpoch(int64_t epoch, const std::function<double()>& evaluate, int server_rank,
+                          StepMetrics* m) {
+  (void)epoch, (void)server_rank, (void)m;
+  return evaluate();
 }
 
 std::vector<int64_t> Exchange::KeyShape(const torch::Tensor& p) const {
@@ -99,10 +123,12 @@ class GradientsExchange : public Exchange {
  public:
   explicit GradientsExchange(ExchangeContext ctx)
       : Exchange(ctx, {}), received_(ZerosLikeParams()) {}
-  void Finish(int64_t step, StepMetrics* m) override {
+  int64_t Reset(int64_t server_step) override { return server_step; }
+  std::unique_ptr<PendingStep> Finish(int64_t step, StepMetrics* m) override {
     Merge(ctx_.client->PushPull(Call(step), Grads(*ctx_.params), &received_), Concurrency::kSerial,
           m);
     m->compute_ms += ApplyGradients(received_);
+    return nullptr;
   }
 
  private:
@@ -118,7 +144,7 @@ class WeightsExchange : public Exchange {
     // Async: the server counts every worker's pushes; a worker's own steps start at 0.
     return ctx_.config->sync.mode == "async" ? 0 : server_step;
   }
-  void Finish(int64_t step, StepMetrics* m) override {
+  std::unique_ptr<PendingStep> Finish(int64_t step, StepMetrics* m) override {
     std::vector<torch::Tensor> weights = Aliases();
     StepMetrics st;
     try {
@@ -133,6 +159,7 @@ class WeightsExchange : public Exchange {
     }
     base_step_ = st.server_step;  // async: the server step of the weights now held
     Merge(st, Concurrency::kSerial, m);
+    return nullptr;
   }
 
  private:
@@ -146,13 +173,8 @@ class GaussianExchange : public Exchange {
   // The server averages statistics: it takes no lr.
   explicit GaussianExchange(ExchangeContext ctx)
       : Exchange(ctx, {/*stats_keys=*/true, {}, /*server_follows_lr=*/false}) {}
-  void Init() override {
-    // The server holds (mean, std) per key; every worker starts from the same seeded init.
-    std::vector<torch::Tensor> init;
-    for (size_t i = 0; i < ctx_.params->size(); ++i) init.push_back(torch::zeros({2}));
-    ctx_.client->InitOrPull(&init);
-  }
-  void Finish(int64_t step, StepMetrics* m) override {
+  int64_t Reset(int64_t server_step) override { return server_step; }
+  std::unique_ptr<PendingStep> Finish(int64_t step, StepMetrics* m) override {
     auto& params = *ctx_.params;
     std::vector<torch::Tensor> local(params.size()), global(params.size());
     for (size_t i = 0; i < params.size(); ++i) {
@@ -181,8 +203,22 @@ class GaussianExchange : public Exchange {
     }
     StepOptimizer();
     m->compute_ms += t.ElapsedMs();
+    return nullptr;
   }
 };
+
+}  // namespace
+
+namespace {
+
+// The method's serial step (one call of the whole model per step).
+std::unique_ptr<Exchange> MakeSerialExchange(ExchangeContext ctx) {
+  const Config& c = *ctx.config;
+  if (c.sync.every > 1) return MakePeriodicExchange(ctx);
+  if (c.sync.exchange == "gaussian") return std::make_unique<GaussianExchange>(ctx);
+  if (c.sync.exchange == "weights") return std::make_unique<WeightsExchange>(ctx);
+  return std::make_unique<GradientsExchange>(ctx);
+}
 
 }  // namespace
 
@@ -195,14 +231,6 @@ std::unique_ptr<Exchange> MakeExchange(ExchangeContext ctx) {
     if (split.size() > 1) return MakePipelinedExchange(ctx, std::move(split));
   }
   return MakeSerialExchange(ctx);
-}
-
-std::unique_ptr<Exchange> MakeSerialExchange(ExchangeContext ctx) {
-  const Config& c = *ctx.config;
-  if (c.sync.every > 1) return MakePeriodicExchange(ctx);
-  if (c.sync.exchange == "gaussian") return std::make_unique<GaussianExchange>(ctx);
-  if (c.sync.exchange == "weights") return std::make_unique<WeightsExchange>(ctx);
-  return std::make_unique<GradientsExchange>(ctx);
 }
 
 }  // namespace gradpress::worker

@@ -1,8 +1,8 @@
 #pragma once
 // Exchange: one way of exchanging a training step with the parameter server, over a PsClient
-// (ps_client.h). The Trainer runs the epoch loop, forward and backward; its Exchange does
-// everything between backward and the next forward: push, pull, and the update of the
-// parameters. MakeExchange picks one from the config:
+// (ps_client.h): the method under the StepEngine (step_engine.h), which both front ends loop
+// over. It does everything between backward and the next forward: push, pull, and the update
+// of the parameters. MakeExchange picks one from the config:
 //
 //   gradients  (methods 3-5)   the averaged gradient comes back into p.grad; the local
 //                              optimizer steps (every worker the same step).
@@ -20,12 +20,20 @@
 //   periodic   (method 6)      local steps; every sync.every steps the update since the last
 //                              sync is averaged; each epoch ends with model selection.
 //
+// The interface is three calls, each every exchange's own: Reset (go on from the server's
+// step), Finish (the step after backward; cross-barrier returns it still pending) and
+// EndEpoch (method 6's epoch rule; the others report the accuracy as measured). A pending
+// step (PendingStep) is settled layer by layer or whole; the pipelined step is fed by a front
+// end's own hooks through GradientFeed (exchange_types.h). Everything else (the lr, the
+// initial weights, the checkpoint counters) is the base class's, the same for all.
+//
 //   std::unique_ptr<Exchange> ex = MakeExchange(ctx);   // after the optimizer exists
 //   client.Register(specs, ex->traits().bucket_keys);  ex->Init();  step = ex->Reset(server_step);
-//   per step: forward; ex->Settle(&done) (the previous step, if pending); ex->SetLr(lr);
-//             ex->Begin(step); backward; ex->Finish(step, &metrics);
+//   per step: forward (pending->Settle(&layer) in each layer's gate; pending->Settle(nullptr)
+//             before anything else reads the weights); ex->Prepare(step, lr); backward;
+//             pending = ex->Finish(step, &metrics);
 //
-// Thread-safety: the Trainer's thread (the pipelined exchange runs threads of its own).
+// Thread-safety: the training thread (the pipelined exchange runs threads of its own).
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/types.h>
@@ -44,6 +52,18 @@
 
 namespace gradpress::worker {
 
+// A step whose results are still arriving (cross-barrier): the next forward applies them
+// layer by layer. Destroyed unsettled (a rejoin, an abandoned step), it waits for its buckets
+// and applies nothing more.
+class PendingStep {
+ public:
+  virtual ~PendingStep() = default;
+  // layer: waits for the results of its parameters and applies them (returns false: the rest
+  // is still pending). Null: waits for every bucket, applies the rest, fills *done and returns
+  // true. A failed exchange is rethrown, and nothing is pending after.
+  virtual bool Settle(const torch::nn::Module* layer, SettledStep* done) = 0;
+};
+
 class Exchange {
  public:
   Exchange(ExchangeContext ctx, ExchangeTraits traits);
@@ -51,43 +71,31 @@ class Exchange {
   const ExchangeTraits& traits() const { return traits_; }
   // The shape a parameter's key has on the server.
   std::vector<int64_t> KeyShape(const torch::Tensor& p) const;
-  // The next step's lr: the local optimizer's, and (server_follows_lr) the server's SGD or
-  // shadow weights'. Set between steps (nothing pending).
-  void SetLr(double lr);
+  // Before backward of `step`: its lr, the local optimizer's and (server_follows_lr) the
+  // server's SGD or shadow weights'. The pipelined step begins its buckets at the first
+  // gradient. Between steps (nothing pending).
+  void Prepare(int64_t step, double lr);
+  // After Register: offers the initial weights (the first worker's win; gaussian: zero
+  // statistics) and adopts the server's. Returns true if ours were kept.
+  bool Init();
+  // Checkpoints: where the exchange stands at local step `step` (its tensors are read in
+  // place before Restore), and the counters restored.
+  ExchangeState State(int64_t step) const;
+  void Restore(int64_t server_step, int64_t since_exchange);
 
-  // After Register: offers the initial weights (the first worker's win) and adopts the server's.
-  virtual void Init();
   // After Init, a rejoin, or adopting the server's weights: go on from the server's step with
-  // the current parameters. Returns the worker's local step there.
-  virtual int64_t Reset(int64_t server_step) { return server_step; }
-  // After forward (and Settle), before backward of `step` (pipelined: arms the hooks).
-  virtual void Begin(int64_t step) { (void)step; }
+  // the current parameters (nothing is pending). Returns the worker's local step there.
+  virtual int64_t Reset(int64_t server_step) = 0;
   // After backward (and clipping): p.grad holds this worker's gradients. Exchanges and updates
   // the parameters; merges the calls' metrics into *m, adds local update time to
   // m->compute_ms, sets m->overlap, m->exposed_comm_ms (overlapping exchanges) and m->stale.
-  virtual void Finish(int64_t step, StepMetrics* m) = 0;
-  // Cross-barrier: waits for the pending step's results of `layer`'s parameters, applies them.
-  virtual void GateLayer(const torch::nn::Module& layer) { (void)layer; }
-  // Completes the pending step (waits for every bucket, applies the rest); false if none was.
-  // A failed exchange is rethrown here (or from GateLayer), and nothing is pending after.
-  virtual bool Settle(SettledStep* done) {
-    (void)done;
-    return false;
-  }
-  // Checkpoints: the state at local step `step`, and the counters restored (its tensors are
-  // read in place before).
-  virtual ExchangeState State(int64_t step) { return {step, 0, {}}; }
-  virtual void Restore(int64_t server_step, int64_t since_exchange) {
-    (void)server_step, (void)since_exchange;
-  }
-  // End of an epoch: the test accuracy to report (method 6 first applies its epoch rule;
-  // server_rank: this worker's rank in the server's numbering, for Elect). Merges any
-  // exchange's metrics into *m.
+  // Cross-barrier returns the step still pending (traits().defers); else null.
+  virtual std::unique_ptr<PendingStep> Finish(int64_t step, StepMetrics* m) = 0;
+  // End of an epoch: the test accuracy to report. Method 6 first applies its epoch rule
+  // (server_rank: this worker's rank in the server's numbering, for Elect) and merges its
+  // exchange's metrics into *m; the others have no rule: evaluate()'s accuracy.
   virtual double EndEpoch(int64_t epoch, const std::function<double()>& evaluate, int server_rank,
-                          StepMetrics* m) {
-    (void)epoch, (void)server_rank, (void)m;
-    return evaluate();
-  }
+                          StepMetrics* m);
 
  protected:
   // A whole-model call of `step` with the lr set for it.
@@ -101,7 +109,11 @@ class Exchange {
   void StepOptimizer();
   ExchangeContext ctx_;
   ExchangeTraits traits_;
-  std::optional<double> server_lr_;  // SetLr's, when the server follows it
+  int64_t step_ = 0;                 // Prepare's
+  std::optional<double> server_lr_;  // Prepare's, when the server follows it
+  // Method 6's counters (syncs done, local steps since, its anchor), when it keeps its own;
+  // else State is the local step's.
+  std::optional<ExchangeState> counters_;
 };
 
 // Writes received[i] into params[i]'s gradient: in place when it has one of the same shape,
@@ -110,8 +122,6 @@ void WriteGradients(const std::vector<torch::Tensor>& params,
                     const std::vector<torch::Tensor>& received);
 
 std::unique_ptr<Exchange> MakeExchange(ExchangeContext ctx);
-// The same choice without the pipelined step (a caller that feeds buckets itself).
-std::unique_ptr<Exchange> MakeSerialExchange(ExchangeContext ctx);
 // Method 6 (exchange_periodic.cc); MakeExchange picks it for sync.every > 1.
 std::unique_ptr<Exchange> MakePeriodicExchange(ExchangeContext ctx);
 // Methods 1-5 pipelined (pipelined_exchange.cc): sync.overlap, `split` of several buckets.

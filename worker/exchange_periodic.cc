@@ -12,68 +12,63 @@
 namespace gradpress::worker {
 namespace {
 
+// Its counters are the base's (counters_: syncs done = the server's step, local steps since
+// the last sync, the anchor), so checkpoints hold them.
 class PeriodicExchange : public Exchange {
  public:
   // Local steps; the server averages: it takes no lr.
   explicit PeriodicExchange(ExchangeContext ctx)
       : Exchange(ctx, {/*stats_keys=*/false, {}, /*server_follows_lr=*/false}) {
     for (const auto& p : *ctx.params) received_.push_back(torch::zeros_like(p));
+    counters_ = ExchangeState{};
   }
   int64_t Reset(int64_t server_step) override {
-    syncs_ = server_step;  // the server counts syncs
-    since_sync_ = 0;
-    anchor_.clear();
-    for (const auto& p : *ctx_.params) anchor_.push_back(p.detach().clone());
-    return syncs_ * ctx_.config->sync.every;
+    counters_->server_step = server_step;  // the server counts syncs
+    counters_->since_exchange = 0;
+    counters_->tensors.clear();
+    for (const auto& p : *ctx_.params) counters_->tensors.push_back(p.detach().clone());
+    return server_step * ctx_.config->sync.every;
   }
-  void Finish(int64_t step, StepMetrics* m) override {
+  std::unique_ptr<PendingStep> Finish(int64_t step, StepMetrics* m) override {
     (void)step;
     Timer t;
     StepOptimizer();  // the worker's own gradient; the update is pushed at the next sync
     m->compute_ms += t.ElapsedMs();
-    if (++since_sync_ < ctx_.config->sync.every) return;
-    Merge(Sync(), Concurrency::kSerial, m);
-  }
-  ExchangeState State(int64_t step) override {
-    (void)step;
-    return {syncs_, since_sync_, anchor_};
-  }
-  void Restore(int64_t server_step, int64_t since_exchange) override {
-    syncs_ = server_step;
-    since_sync_ = since_exchange;
+    if (++counters_->since_exchange >= ctx_.config->sync.every)
+      Merge(Sync(), Concurrency::kSerial, m);
+    return nullptr;
   }
   double EndEpoch(int64_t epoch, const std::function<double()>& evaluate, int server_rank,
                   StepMetrics* m) override;
 
  private:
   StepMetrics Sync();
+  std::vector<torch::Tensor>& anchor() { return counters_->tensors; }  // weights at the last sync
 
-  int64_t syncs_ = 0;                  // syncs done: the server's step
-  int64_t since_sync_ = 0;             // local steps since the last sync
-  std::vector<torch::Tensor> anchor_;  // weights at the last sync
   std::vector<torch::Tensor> received_;
 };
 
 StepMetrics PeriodicExchange::Sync() {
   torch::NoGradGuard no_grad;
   auto& params = *ctx_.params;
+  auto& anchor = this->anchor();
   // The update accumulated since the last sync; the server averages it over the workers.
   std::vector<torch::Tensor> update;
-  for (size_t i = 0; i < params.size(); ++i) update.push_back(anchor_[i] - params[i].detach());
-  StepMetrics st = ctx_.client->PushPull(Call(syncs_), update, &received_);
+  for (size_t i = 0; i < params.size(); ++i) update.push_back(anchor[i] - params[i].detach());
+  StepMetrics st = ctx_.client->PushPull(Call(counters_->server_step), update, &received_);
   for (size_t i = 0; i < params.size(); ++i) {
-    anchor_[i].sub_(received_[i]);  // every worker applies the same mean to the same anchor
-    params[i].detach().copy_(anchor_[i]);
+    anchor[i].sub_(received_[i]);  // every worker applies the same mean to the same anchor
+    params[i].detach().copy_(anchor[i]);
   }
-  ++syncs_;
-  since_sync_ = 0;
+  ++counters_->server_step;
+  counters_->since_exchange = 0;
   return st;
 }
 
 double PeriodicExchange::EndEpoch(int64_t epoch, const std::function<double()>& evaluate,
                                   int server_rank, StepMetrics* m) {
   if (ctx_.config->sync.model_selection == "average") {
-    if (since_sync_ > 0) Merge(Sync(), Concurrency::kSerial, m);
+    if (counters_->since_exchange > 0) Merge(Sync(), Concurrency::kSerial, m);
     return evaluate();
   }
   // The survey's rule: every worker adopts the weights of the worker with the best test
@@ -88,9 +83,9 @@ double PeriodicExchange::EndEpoch(int64_t epoch, const std::function<double()>& 
     } else {
       ctx_.client->PullWeights(&weights, epoch + 1);
     }
-    for (size_t i = 0; i < weights.size(); ++i) anchor_[i].copy_(weights[i]);
+    for (size_t i = 0; i < weights.size(); ++i) anchor()[i].copy_(weights[i]);
   }
-  since_sync_ = 0;
+  counters_->since_exchange = 0;
   spdlog::info("worker-{} epoch {}: own test_acc {:.4f}; adopted rank {}'s ({:.4f})", ctx_.rank,
                epoch, mine, best_rank, best_acc);
   return best_acc;

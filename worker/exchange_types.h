@@ -32,6 +32,20 @@ struct ExchangeContext {
   // rescaled) gradients in p.grad for it, and method 6 expects it to have stepped on the
   // worker's own gradients before Finish.
   torch::optim::Optimizer* optimizer = nullptr;
+  // The pipelined step's gradients: true, from hooks it registers on the parameters; false,
+  // fed by the front end (GradientFeed: gradpress.torch's hooks, which also carry the lr).
+  bool register_hooks = true;
+};
+
+// The pipelined step fed by its front end: backward's gradients as they are produced, after
+// the step's Begin (exchange.h). Only an exchange that sends buckets during backward is one.
+class GradientFeed {
+ public:
+  // Key `key`'s gradient of the step begun (held, not copied, until the step finishes).
+  virtual void Gradient(size_t key, const torch::Tensor& grad) = 0;
+
+ protected:
+  ~GradientFeed() = default;
 };
 
 // What the Trainer needs to know of a method's exchange, fixed once it is made.

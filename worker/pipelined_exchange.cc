@@ -5,6 +5,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "common/error.h"
 #include "common/timer.h"
 #include "worker/bucket_scheduler.h"
 #include "worker/exchange.h"
@@ -12,14 +13,22 @@
 namespace gradpress::worker {
 namespace {
 
-class PipelinedExchange : public Exchange {
+// Cross-barrier applies each bucket as the next forward reaches it: weights are written in
+// place, gradients need the local optimizer's step per bucket. Without one (the caller steps
+// its own: gradpress.torch) the averaged gradients are handed over whole, in Finish.
+bool CrossBarrier(const ExchangeContext& ctx) {
+  return ctx.config->sync.cross_barrier &&
+         (ctx.config->sync.exchange == "weights" || ctx.optimizer != nullptr);
+}
+
+class PipelinedExchange : public Exchange, public GradientFeed {
  public:
   PipelinedExchange(ExchangeContext ctx, std::vector<int> split)
       : Exchange(ctx, {/*stats_keys=*/false, split, /*server_follows_lr=*/true, /*overlaps=*/true,
-                       /*defers=*/ctx.config->sync.cross_barrier}),
+                       /*defers=*/CrossBarrier(ctx)}),
         split_(std::move(split)),
         weights_(ctx.config->sync.exchange == "weights"),
-        cross_barrier_(ctx.config->sync.cross_barrier),
+        cross_barrier_(CrossBarrier(ctx)),
         received_(ZerosLikeParams()),
         buckets_(ctx.client, split_, std::min<int>(8, split_.size())),
         // DGC's clipping needs every gradient first: its buckets go out after backward.
@@ -27,30 +36,27 @@ class PipelinedExchange : public Exchange {
     for (size_t key = 0; key < ctx.params->size(); ++key)
       key_of_[(*ctx.params)[key].unsafeGetTensorImpl()] = key;
     settled_.assign(split_.size(), 1);
-    if (!hooks_) return;
-    for (size_t i = 0; i < ctx.params->size(); ++i) {
-      BucketScheduler* ex = &buckets_;
-      (*ctx.params)[i].register_hook([ex, i](const torch::Tensor& g) { ex->Gradient(i, g); });
-    }
+    if (!hooks_ || !ctx.register_hooks) return;
+    for (size_t i = 0; i < ctx.params->size(); ++i)
+      (*ctx.params)[i].register_hook([this, i](const torch::Tensor& g) { Feed(i, g); });
   }
-  void Init() override {
-    Drop();
-    Exchange::Init();
-  }
+  ~PipelinedExchange() override { Drop(); }
   int64_t Reset(int64_t server_step) override {
     Drop();  // a step the server has forgotten (rejoin) is not applied
+    begun_ = false;
     return server_step;
   }
-  void Begin(int64_t step) override {
-    GP_ENFORCE(!pending_, "PipelinedExchange::Begin while step results are pending: Settle first");
-    // Fresh aliases each step: restoring a checkpoint may give the parameters new storage.
-    if (weights_) weights_out_ = Aliases();
-    buckets_.Begin(step, weights_ ? &weights_out_ : &received_, server_lr_);
+  void Gradient(size_t key, const torch::Tensor& grad) override {
+    GP_ENFORCE(hooks_, "the pipelined step takes no gradient from backward with ",
+               "compress.clip_norm set: its buckets go out once every gradient is clipped");
+    Feed(key, grad);
   }
-  void Finish(int64_t step, StepMetrics* m) override {
+  std::unique_ptr<PendingStep> Finish(int64_t step, StepMetrics* m) override {
     (void)step;
     auto& params = *ctx_.params;
     m->overlap = true;
+    Begin();  // no gradient came from a hook (clipping, or none at all)
+    begun_ = false;
     if (!hooks_) {  // after clipping: every bucket at once, in backward's order
       for (size_t i = params.size(); i-- > 0;) buckets_.Gradient(i, params[i].grad());
     }
@@ -58,22 +64,52 @@ class PipelinedExchange : public Exchange {
       Merge(buckets_.Finish(params, &m->exposed_comm_ms), Concurrency::kSerial, m);
       // Weights were written into the parameters in place; gradients are applied here.
       if (!weights_) m->compute_ms += ApplyGradients(received_);
-      return;
+      return nullptr;
     }
     buckets_.Seal(params);
     std::fill(settled_.begin(), settled_.end(), 0);
     done_ = SettledStep{};
     pending_ = true;
+    return std::make_unique<Pending>(this);
   }
-  void GateLayer(const torch::nn::Module& layer) override {
-    if (!pending_) return;
+
+ private:
+  // The pending step of cross-barrier: bucket by bucket as the next forward needs them.
+  class Pending : public PendingStep {
+   public:
+    explicit Pending(PipelinedExchange* ex) : ex_(ex) {}
+    ~Pending() override { ex_->Drop(); }  // a no-op once settled
+    bool Settle(const torch::nn::Module* layer, SettledStep* done) override {
+      return layer ? ex_->GateLayer(*layer) : ex_->SettleAll(done);
+    }
+
+   private:
+    PipelinedExchange* ex_;
+  };
+
+  // Key's gradient from backward: the step's buckets begin at the first one.
+  void Feed(size_t key, const torch::Tensor& grad) {
+    Begin();
+    buckets_.Gradient(key, grad);
+  }
+  void Begin() {
+    if (begun_) return;
+    GP_ENFORCE(!pending_, "the pipelined step began while step results are pending: Settle first");
+    // Fresh aliases each step: restoring a checkpoint may give the parameters new storage.
+    if (weights_) weights_out_ = Aliases();
+    buckets_.Begin(step_, weights_ ? &weights_out_ : &received_, server_lr_);
+    begun_ = true;
+  }
+  bool GateLayer(const torch::nn::Module& layer) {
+    if (!pending_) return false;
     for (const auto& p : layer.parameters()) {
       const auto it = key_of_.find(p.unsafeGetTensorImpl());
       if (it != key_of_.end()) SettleBucket(buckets_.bucket_of(it->second));
     }
+    return false;
   }
-  bool Settle(SettledStep* done) override {
-    if (!pending_) return false;
+  bool SettleAll(SettledStep* done) {
+    GP_ENFORCE(pending_, "no pending step to settle");
     for (size_t b = 0; b < split_.size(); ++b) SettleBucket(static_cast<int>(b));
     double waited = 0;
     pending_ = false;
@@ -83,7 +119,6 @@ class PipelinedExchange : public Exchange {
     return true;
   }
 
- private:
   void SettleBucket(int b) {
     if (settled_[b]) return;
     Timer waited;
@@ -131,8 +166,9 @@ class PipelinedExchange : public Exchange {
   BucketScheduler buckets_;
   bool hooks_;
   std::unordered_map<const c10::TensorImpl*, size_t> key_of_;  // parameter -> key
-  bool pending_ = false;                                       // Finish ran, Settle did not
-  std::vector<char> settled_;                                  // per bucket, the pending step
+  bool begun_ = false;         // the step's buckets began (at its first gradient)
+  bool pending_ = false;       // cross-barrier: Finish ran, the step is not settled
+  std::vector<char> settled_;  // per bucket, the pending step
   SettledStep done_;
 };
 

@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
-#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -15,11 +14,7 @@
 #include "common/error.h"
 #include "common/json_line.h"
 #include "common/timer.h"
-#include "compressors/compressor_config.h"
-#include "compressors/registry.h"
-#include "transport/fault_injection.h"
 #include "worker/blas.h"
-#include "worker/compression_schedule.h"
 #include "worker/data/random.h"
 #include "worker/data/sampler.h"
 #include "worker/data/transforms.h"
@@ -74,21 +69,18 @@ Trainer::Trainer(TrainerOptions options)
   }
   ClientOptions co = ClientOptionsFor(c, opt_.rank, opt_.incarnation, opt_.server);
   co.rows = rows_;
-  client_ = MakeWorkerClient(c, co, params_, opt_.make_client);
-  // A restarted shard met inside an exchange takes these weights (nothing of that step is
-  // applied to its part: its call failed).
-  if (client_.sharded) client_.sharded->set_weights_source([this] { return params_; });
-  exchange_ =
-      MakeExchange({&opt_.config, opt_.rank, client_.client.get(), &params_, optimizer_.get()});
-  if (exchange_->traits().defers)
-    model_->set_layer_gate(
-        [ex = exchange_.get()](const torch::nn::Module& l) { ex->GateLayer(l); });
-  if (!c.compress.dynamic.ladder.empty()) {
-    controller_ = std::make_unique<CompressionController>(c.compress.dynamic);
-    for (const auto& spec : SplitLadder(c.compress.dynamic.ladder))
-      compressors::MakeCompressor(ParseCodecShorthand(spec));  // all valid now
-  }
-  if (c.compress.warmup_epochs > 0) push_ratio_ = std::stod(c.push.params.at("ratio"));
+  EngineOptions eo;
+  eo.config = &opt_.config;
+  eo.rank = opt_.rank;
+  eo.workers = opt_.workers;
+  eo.params = &params_;
+  for (const auto& item : model_->named_parameters()) eo.names.push_back(item.key());
+  eo.optimizer = optimizer_.get();
+  eo.files = &files_;
+  engine_ = std::make_unique<StepEngine>(std::move(eo),
+                                         MakeWorkerClient(c, co, params_, opt_.make_client));
+  if (engine_->traits().defers)
+    model_->set_layer_gate([e = engine_.get()](const torch::nn::Module& l) { e->GateLayer(l); });
   rng_.seed(data::MixSeed(static_cast<uint64_t>(c.train.seed), opt_.rank));
   checkpoint_dir_ = opt_.checkpoint_dir;
   if (checkpoint_dir_.empty() && !opt_.run_dir.empty())
@@ -106,27 +98,16 @@ std::vector<torch::Tensor> Trainer::Parameters() {
 
 void Trainer::Connect(bool resume) {
   if (connected_) return;
-  // Before registering: the calibration's batches keep no server waiting for this worker.
-  if (opt_.config.compress.auto_select && auto_push_.empty()) ChooseCodecs();
-  std::vector<compressors::TensorSpec> specs;
-  for (const auto& item : model_->named_parameters())
-    specs.push_back({item.key(), exchange_->KeyShape(item.value())});
-  RegisterInfo info = client_.client->Register(specs, exchange_->traits().bucket_keys);
-  server_rank_ = info.rank;  // the server's numbering (registration order), used by Elect
-  exchange_->Init();         // the first worker's weights win; every worker adopts them
-  if (controller_) SetPushCodec(controller_->current(), /*epoch=*/-1);
-  if (!auto_push_.empty()) client_.codecs->SetKeyPushCodecs(auto_push_);
-  // A rejoining worker (server already past step 0) continues at the server's step.
-  step_ = exchange_->Reset(info.server_step);
+  const Connection at = engine_->Connect();
   connected_ = true;
-  if (resume) Resume(info.server_step);
+  if (resume) Resume(at.info.server_step);
 }
 
 StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labels) {
   GP_ENFORCE(connected_, "Trainer::Step before Connect");
   Timer step_timer;
   StepMetrics m;
-  m.step = step_;
+  m.step = engine_->step();
   Timer t;
   model_->zero_grad(/*set_to_none=*/true);  // backward's gradients become p.grad as they are
   torch::Tensor x = images.to(device_), y = labels.to(device_);
@@ -135,27 +116,16 @@ StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labe
   torch::Tensor logits = model_->forward(x);
   const double previous_ms = SettleHeld();
   // The step's lr, set once the previous step is applied (cross-barrier: just above).
-  exchange_->SetLr(ScheduledLr(opt_.config.train, static_cast<double>(step_) / steps_per_epoch_));
-  exchange_->Begin(step_);
+  engine_->BeginStep(
+      ScheduledLr(opt_.config.train, static_cast<double>(m.step) / steps_per_epoch_));
   torch::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
   loss.backward();
   m.loss = loss.item<double>();
   m.correct = logits.argmax(1).eq(y).sum().item<int64_t>();
-  for (auto& p : params_)
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-  if (opt_.config.compress.clip_norm > 0)  // DGC's local clipping: N^(-1/2) of the threshold
-    torch::nn::utils::clip_grad_norm_(params_,
-                                      opt_.config.compress.clip_norm / std::sqrt(opt_.workers));
   m.compute_ms = t.ElapsedMs() - previous_ms;
-
-  Timer exchange;
-  const double compute_before = m.compute_ms;
-  exchange_->Finish(step_, &m);
-  // The serial step waits for the whole exchange (its wall time, less local compute in it).
-  if (!m.overlap) m.exposed_comm_ms = exchange.ElapsedMs() - (m.compute_ms - compute_before);
-  ++step_;
+  engine_->FinishStep(&m);
   m.step_ms = step_timer.ElapsedMs();
-  if (exchange_->traits().defers)
+  if (engine_->traits().defers)
     held_ = m;
   else
     finished_.push_back(m);
@@ -164,7 +134,7 @@ StepMetrics Trainer::Step(const torch::Tensor& images, const torch::Tensor& labe
 
 double Trainer::SettleHeld() {
   SettledStep done;
-  if (!exchange_->Settle(&done)) return 0;
+  if (!engine_->Settle(&done)) return 0;
   if (held_) {
     Merge(done.stats, Concurrency::kSerial, &*held_);
     held_->exposed_comm_ms += done.exposed_ms;
@@ -197,6 +167,26 @@ double Trainer::Evaluate() {
   }
   model_->train();
   return n > 0 ? static_cast<double>(correct) / n : 0.0;
+}
+
+// The dynamic ladder's probe (step_engine.h): the same images on every worker.
+double Trainer::ProbeTrainLoss(int64_t max_images) {
+  Settle();
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  const data::Dataset& train = data_.train;
+  const int64_t n = std::min(train.size(), max_images), batch = 256;
+  double sum = 0;
+  for (int64_t b = 0; b < n; b += batch) {
+    const int64_t e = std::min(n, b + batch);
+    torch::Tensor logits = model_->forward(train.images.slice(0, b, e).to(device_));
+    sum += torch::nn::functional::cross_entropy(
+               logits, train.labels.slice(0, b, e).to(device_),
+               torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+               .item<double>();
+  }
+  model_->train();
+  return n > 0 ? sum / n : 0.0;
 }
 
 }  // namespace gradpress::worker

@@ -1,9 +1,10 @@
 #pragma once
-// Trainer: one worker's training loop against the parameter server (shared/DESIGN.md). Loads
-// its shard of the data, builds the model, registers with the server through its client
-// (client_factory.h), adopts the server's initial weights, then per step: forward,
-// cross-entropy, backward, and its Exchange (exchange.h: the method's push, pull and update).
-// The next batch is gathered (and augmented) on a second thread while a step runs.
+// Trainer: one worker's training loop against the parameter server (shared/DESIGN.md), a loop
+// over the StepEngine (step_engine.h), which gradpress.torch's session shares. Loads its shard
+// of the data, builds the model and its optimizer, connects through the engine, then per
+// step: forward, cross-entropy, backward, and the engine's step (clipping, the method's
+// exchange and update, the push codec's policy). The next batch is gathered (and augmented)
+// on a second thread while a step runs.
 //
 //   TrainerOptions o{config, /*rank=*/0, /*workers=*/2, "127.0.0.1:50051", run_dir};
 //   TrainSummary s = Trainer(o).Run();      // all epochs (or max_steps), evaluates per epoch
@@ -37,11 +38,10 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "worker/client_factory.h"
-#include "worker/compression_schedule.h"
 #include "worker/data/dataset.h"
-#include "worker/exchange.h"
 #include "worker/models/net.h"
 #include "worker/run_files.h"
+#include "worker/step_engine.h"
 #include "worker/step_metrics.h"
 
 namespace gradpress::worker {
@@ -90,9 +90,9 @@ class Trainer {
   double Evaluate();
   TrainSummary Run();
 
-  int64_t step() const { return step_; }
+  int64_t step() const { return engine_->step(); }
   // The server step this worker is at (step() for methods 1-5, syncs done for method 6).
-  int64_t server_step() const { return exchange_->State(step_).server_step; }
+  int64_t server_step() const { return engine_->State().server_step; }
   // Writes a checkpoint of the current state (after a step; see TrainerOptions) and returns
   // its path ("" without a checkpoint directory).
   std::string WriteCheckpoint();
@@ -102,9 +102,6 @@ class Trainer {
   const TrainerOptions& options() const { return opt_; }
 
  private:
-  // Dynamic compression: installs the decision's push codec and records it (epoch -1: start).
-  void SetPushCodec(const CompressionDecision& d, int64_t epoch);
-  void ChooseCodecs();  // compress.auto: calibrates, chooses (auto_push_) and logs per key
   // Mean cross-entropy over the first max_images training images, in eval mode.
   double ProbeTrainLoss(int64_t max_images);
   // Connect; resume: restore the checkpoint of the server's step.
@@ -128,21 +125,15 @@ class Trainer {
   std::shared_ptr<models::Net> model_;
   std::vector<torch::Tensor> params_;  // the model's parameters (leaves)
   std::shared_ptr<RowOutbox> rows_;    // the dashboard's rows for the client to carry
-  WorkerClient client_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;  // not for exchange=weights
-  std::unique_ptr<Exchange> exchange_;                  // the method (exchange.h)
   RunFiles files_;
-  std::optional<StepMetrics> held_;    // cross-barrier: the step whose results are arriving
-  std::vector<StepMetrics> finished_;  // complete rows not yet taken
+  std::unique_ptr<StepEngine> engine_;  // the client, the method's exchange, the step's rules
+  std::optional<StepMetrics> held_;     // cross-barrier: the step whose results are arriving
+  std::vector<StepMetrics> finished_;   // complete rows not yet taken
   bool connected_ = false;
-  int64_t step_ = 0;
   int64_t steps_per_epoch_ = 1;
-  int server_rank_ = 0;  // rank the server assigned (Elect answers in these)
   int64_t dense_bytes_ = 0;
-  std::unique_ptr<CompressionController> controller_;  // compress.dynamic.ladder set
-  double push_ratio_ = 0;                              // DGC warm-up: the final density
-  std::vector<CodecSpec> auto_push_;                   // compress.auto: per key, once chosen
-  std::mt19937_64 rng_;                                // data augmentation
+  std::mt19937_64 rng_;  // data augmentation
   std::string checkpoint_dir_;
   int64_t last_checkpoint_ = -1;  // server step of the last checkpoint written or restored
 };

@@ -27,8 +27,8 @@ std::string Trainer::WriteCheckpoint() {
   c.step = at;
   std::string meta;
   ByteWriter w(&meta);
-  const ExchangeState state = exchange_->State(step_);
-  w.Put<int64_t>(step_);
+  const ExchangeState state = engine_->State();
+  w.Put<int64_t>(step());
   w.Put<int64_t>(state.server_step);
   w.Put<int64_t>(state.since_exchange);
   w.Put<int32_t>(opt_.rank);
@@ -56,10 +56,10 @@ std::string Trainer::WriteCheckpoint() {
   std::ostringstream rng;
   rng << rng_;
   c.Put("rng", rng.str());
-  c.Put("push", client_.codecs->SaveState());
-  if (!auto_push_.empty()) {
+  c.Put("push", engine_->codecs().SaveState());
+  if (!engine_->auto_codecs().empty()) {
     std::string lines;
-    for (const CodecSpec& s : auto_push_) lines += s.ToShorthand() + "\n";
+    for (const CodecSpec& s : engine_->auto_codecs()) lines += s.ToShorthand() + "\n";
     c.Put("auto", lines);
   }
   try {
@@ -106,7 +106,7 @@ void Trainer::RestoreCheckpoint(const Checkpoint& c) {
       archive.read("optimizer", optimizer_archive);
       optimizer_->load(optimizer_archive);
     }
-    std::vector<torch::Tensor> anchor = exchange_->State(step_).tensors;  // read in place
+    std::vector<torch::Tensor> anchor = engine_->State().tensors;  // read in place
     for (size_t i = 0; i < anchor.size(); ++i)
       archive.read("anchor_" + std::to_string(i), anchor[i], /*is_buffer=*/true);
   } catch (const c10::Error& e) {
@@ -120,12 +120,10 @@ void Trainer::RestoreCheckpoint(const Checkpoint& c) {
     std::vector<CodecSpec> chosen;
     std::istringstream lines(c.Get("auto"));
     for (std::string line; std::getline(lines, line);) chosen.push_back(ParseCodecShorthand(line));
-    client_.codecs->SetKeyPushCodecs(chosen);
-    auto_push_ = chosen;
+    engine_->SetAutoCodecs(std::move(chosen));
   }
-  client_.codecs->LoadState(c.Get("push"));
-  step_ = step;
-  exchange_->Restore(sync_round, since_sync);
+  engine_->codecs().LoadState(c.Get("push"));
+  engine_->Restore(step, sync_round, since_sync);
   last_checkpoint_ = c.step;
 }
 
@@ -146,20 +144,20 @@ void Trainer::Resume(int64_t server_step) {
     GP_ENFORCE(c.has_value(), "no readable checkpoint in ", checkpoint_dir_);
     RestoreCheckpoint(*c);
     std::vector<torch::Tensor> weights = Parameters();
-    client_.client->PullWeights(&weights);
-    spdlog::info("worker-{}: resumed from {} (own step {}, async)", opt_.rank, c->path, step_);
+    engine_->client().PullWeights(&weights);
+    spdlog::info("worker-{}: resumed from {} (own step {}, async)", opt_.rank, c->path, step());
     return;
   }
   std::optional<Checkpoint> c =
       LoadLatestCheckpoint(checkpoint_dir_, [&](int64_t s) { return s == server_step; });
   if (c) {
     RestoreCheckpoint(*c);
-    spdlog::info("worker-{}: resumed from {} (step {})", opt_.rank, c->path, step_);
+    spdlog::info("worker-{}: resumed from {} (step {})", opt_.rank, c->path, step());
     return;
   }
   std::string have;
   for (const auto& [s, path] : all) have += (have.empty() ? "" : ", ") + std::to_string(s);
-  const bool shadow = exchange_->traits().server_weights == ExchangeTraits::ServerWeights::kShadow;
+  const bool shadow = engine_->traits().server_weights == ExchangeTraits::ServerWeights::kShadow;
   if (shadow) {
     // Gradient methods with server.shadow_weights: the server holds the weights every worker
     // holds. Go on from this worker's newest checkpoint (optimizer momentum, residuals, RNG:
@@ -172,8 +170,8 @@ void Trainer::Resume(int64_t server_step) {
     GP_ENFORCE(newest.has_value(), "no readable checkpoint in ", checkpoint_dir_);
     RestoreCheckpoint(*newest);
     std::vector<torch::Tensor> weights = Parameters();
-    client_.client->PullWeights(&weights);
-    step_ = exchange_->Reset(server_step);  // method 6: the anchor is the server's weights
+    engine_->client().PullWeights(&weights);
+    engine_->Reset(server_step);  // method 6: the anchor is the server's weights
     last_checkpoint_ = -1;
     spdlog::warn(
         "worker-{}: no checkpoint of server step {} in {} (it has steps {}): resumed from {} "
@@ -182,7 +180,7 @@ void Trainer::Resume(int64_t server_step) {
         server_step - newest->step);
     return;
   }
-  if (exchange_->traits().server_weights == ExchangeTraits::ServerWeights::kModel) {
+  if (engine_->traits().server_weights == ExchangeTraits::ServerWeights::kModel) {
     // The server's weights are the model: going on from them loses only push residuals.
     spdlog::warn(
         "worker-{}: no checkpoint of server step {} in {} (it has steps {}): continuing from "
@@ -199,48 +197,48 @@ void Trainer::Resume(int64_t server_step) {
 }
 
 int64_t Trainer::Rejoin(const Error& why) {
-  const int64_t before = step_;
-  // Cross-barrier: the step that failed was being applied bucket by bucket (step_ is past it).
+  const int64_t before = step();
+  // Cross-barrier: the step that failed was being applied bucket by bucket (step() is past it).
   const bool half_applied = held_.has_value();
   held_.reset();  // a step whose exchange failed is not reported
   spdlog::warn("worker-{} step {}: the server lost this worker ({}); registering again", opt_.rank,
-               step_, why.what());
+               step(), why.what());
   const std::vector<int> behind =
-      client_.sharded ? client_.sharded->ShardsBehind() : std::vector<int>{};
+      engine_->sharded() ? engine_->sharded()->ShardsBehind() : std::vector<int>{};
   if (!behind.empty()) {
     // Some shards restarted from older checkpoints; the others hold the job at this step.
     // Those are brought to it with this worker's weights, and the step runs again: nothing
     // rolls back (the others answer the step again from the result they kept).
     GP_REFUSE(FailedPrecondition, Reason::kBadRequest, !half_applied, "worker-", opt_.rank,
-              ": a shard restarted behind the job while step ", step_ - 1,
+              ": a shard restarted behind the job while step ", step() - 1,
               " was half applied (sync.cross_barrier); stop the job and start every process "
               "again with --resume auto");
     std::vector<torch::Tensor> weights = Parameters();
-    client_.sharded->RejoinShards(behind, step_, &weights);
+    engine_->sharded()->RejoinShards(behind, step(), &weights);
     std::string which;
     for (int s : behind) which += (which.empty() ? "" : ",") + std::to_string(s);
     spdlog::warn("worker-{}: shard(s) {} rejoined at step {} (0 steps rolled back)", opt_.rank,
-                 which, step_);
-    files_.Rejoin(step_, 0, which);
+                 which, step());
+    files_.Rejoin(step(), 0, which);
     return 0;
   }
-  const bool shadow = exchange_->traits().server_weights == ExchangeTraits::ServerWeights::kShadow;
+  const bool shadow = engine_->traits().server_weights == ExchangeTraits::ServerWeights::kShadow;
   const bool has_checkpoints =
       !checkpoint_dir_.empty() && !ListCheckpoints(checkpoint_dir_).empty();
   if (!has_checkpoints &&
-      exchange_->traits().server_weights != ExchangeTraits::ServerWeights::kModel && !shadow)
+      engine_->traits().server_weights != ExchangeTraits::ServerWeights::kModel && !shadow)
     return -1;
   connected_ = false;
   Connect(/*resume=*/has_checkpoints);  // the checkpoint of the server's step, if any
   if (!has_checkpoints && shadow) {
     // No checkpoint: go on from the server's copy of the workers' weights.
     std::vector<torch::Tensor> weights = Parameters();
-    client_.client->PullWeights(&weights);
-    step_ = exchange_->Reset(server_step());  // method 6: the anchor is the server's weights
+    engine_->client().PullWeights(&weights);
+    engine_->Reset(server_step());  // method 6: the anchor is the server's weights
   }
-  const int64_t lost = std::max<int64_t>(0, before - step_);
-  spdlog::warn("worker-{}: rejoined at step {} ({} steps rolled back)", opt_.rank, step_, lost);
-  files_.Rejoin(step_, lost, "");
+  const int64_t lost = std::max<int64_t>(0, before - step());
+  spdlog::warn("worker-{}: rejoined at step {} ({} steps rolled back)", opt_.rank, step(), lost);
+  files_.Rejoin(step(), lost, "");
   return lost;
 }
 

@@ -54,26 +54,17 @@ TrainSummary Trainer::Run() {
   e.done = &done;
   e.prefetch = &prefetch;
   // Resume position: a worker that joined late starts at the server's step.
-  for (int64_t epoch = step_ / steps_per_epoch_; epoch < c.train.epochs; ++epoch) {
+  for (int64_t epoch = step() / steps_per_epoch_; epoch < c.train.epochs; ++epoch) {
     e.epoch = epoch;
     e.idx = data::EpochIndices(data_.train.size(), opt_.rank, opt_.workers, epoch,
                                static_cast<uint64_t>(c.train.seed));
     e.correct = e.seen = 0;
     e.stop = e.rejoined = false;
     e.timer.Restart();
-    if (c.compress.warmup_epochs > 0) {
-      const double density = WarmupDensity(push_ratio_, c.compress.warmup_epochs, epoch);
-      GP_ENFORCE(client_.codecs->SetPushDensity(density), "compress.warmup_epochs: push codec '",
-                 c.push.codec, "' has no density to warm up");
-      if (epoch <= c.compress.warmup_epochs) {
-        spdlog::info("worker-{} epoch {}: push density {:.6g} (sparsity warm-up)", opt_.rank, epoch,
-                     density);
-        files_.Density(epoch, step_, density);
-      }
-    }
+    engine_->StartEpoch(epoch);
     RunEpoch(&e, &s);
     if (e.rejoined) {  // back to the server's step: restart the loop at its epoch and batch
-      epoch = step_ / steps_per_epoch_ - 1;
+      epoch = step() / steps_per_epoch_ - 1;
       continue;
     }
     if (e.stop) WriteCheckpoint();  // the state right after the last step, before evaluation
@@ -107,7 +98,7 @@ void Trainer::RunEpoch(Epoch* e, TrainSummary* s) {
     }
   } wait_for_load{next};
   int64_t& done = *e->done;
-  for (int64_t i = step_ - e->epoch * steps_per_epoch_; i < steps_per_epoch_; ++i) {
+  for (int64_t i = step() - e->epoch * steps_per_epoch_; i < steps_per_epoch_; ++i) {
     if ((opt_.max_steps > 0 && done >= opt_.max_steps) || (opt_.stop && opt_.stop->load())) {
       e->stop = true;
       break;
@@ -124,7 +115,7 @@ void Trainer::RunEpoch(Epoch* e, TrainSummary* s) {
     bool checkpoint_now = false;
     try {
       m = Step(b.images, b.labels);
-      const ExchangeState at = exchange_->State(step_);
+      const ExchangeState at = engine_->State();
       checkpoint_now = c.train.checkpoint_every > 0 && at.since_exchange == 0 &&
                        at.server_step % c.train.checkpoint_every == 0;
       const bool last =
@@ -174,8 +165,12 @@ void Trainer::EndEpoch(Epoch* e, TrainSummary* s) {
   em.epoch = e->epoch;
   em.train_acc = e->seen > 0 ? static_cast<double>(e->correct) / e->seen : 0.0;
   StepMetrics sync;  // method 6's last averaging of the epoch, if any
-  em.test_acc = exchange_->EndEpoch(
-      e->epoch, [this] { return Evaluate(); }, server_rank_, &sync);
+  // The dynamic ladder decides from the training loss on the same fixed training images on
+  // every worker (their weights are equal), so all take the same decision; the mean loss of
+  // their own batches differs by shard.
+  em.test_acc = engine_->EndEpoch(
+      e->epoch, [this] { return Evaluate(); }, [this] { return ProbeTrainLoss(4096); },
+      /*adapt=*/e->seen > 0 && !e->stop, &sync);
   Merge(sync, Concurrency::kSerial, &e->bytes);
   s->extra_bytes_up += sync.bytes_up;
   s->extra_bytes_down += sync.bytes_down;
@@ -183,16 +178,9 @@ void Trainer::EndEpoch(Epoch* e, TrainSummary* s) {
   s->epoch_metrics.push_back(em);
   s->test_acc = em.test_acc;
   ++s->epochs;
-  files_.Epoch(em, step_, static_cast<double>(e->bytes.bytes_up + e->bytes.bytes_down));
+  files_.Epoch(em, step(), static_cast<double>(e->bytes.bytes_up + e->bytes.bytes_down));
   spdlog::info("worker-{} epoch {} train_acc {:.4f} test_acc {:.4f} ({:.1f} s)", opt_.rank,
                e->epoch, em.train_acc, em.test_acc, em.epoch_s);
-  if (controller_ && e->seen > 0 && !e->stop) {
-    // The training loss on the same fixed training images on every worker (their weights
-    // are equal), so all workers take the same decision; the mean loss of their own
-    // batches differs by shard.
-    const CompressionDecision d = controller_->Update(em.test_acc, ProbeTrainLoss(4096));
-    if (d.changed) SetPushCodec(d, e->epoch);
-  }
 }
 
 void Trainer::Finish(TrainSummary* s, double wall_s) {
@@ -203,17 +191,17 @@ void Trainer::Finish(TrainSummary* s, double wall_s) {
   s->bytes_down_per_step = down / d;
   s->ratio_up = up > 0 ? dense_bytes_ * d / up : 0.0;
   s->ratio_down = down > 0 ? dense_bytes_ * d / down : 0.0;
-  s->overlap = exchange_->traits().overlaps;
+  s->overlap = engine_->traits().overlaps;
   s->wall_s = wall_s;
   if (opt_.rank == 0 && s->steps > 0)  // a resumed, finished run keeps its own
     files_.Summary(opt_.config, opt_.workers, *s, opt_.summary_extra);
   try {
-    client_.client->Heartbeat();  // carries the dashboard's last rows (no push follows them)
+    engine_->client().Heartbeat();  // carries the dashboard's last rows (no push follows them)
   } catch (const Error& err) {
     spdlog::warn("worker-{}: the last rows for the server's dashboard were not sent: {}", opt_.rank,
                  err.what());
   }
-  if (s->steps == 0) spdlog::info("worker-{}: nothing left to train at step {}", opt_.rank, step_);
+  if (s->steps == 0) spdlog::info("worker-{}: nothing left to train at step {}", opt_.rank, step());
 }
 
 }  // namespace gradpress::worker

@@ -103,10 +103,13 @@ PYBIND11_MODULE(_C, m) {
            py::arg("incarnation"), py::arg("names"), py::arg("params"),
            py::call_guard<py::gil_scoped_release>())
       .def("connect", &WorkerSession::Connect, py::arg("restored_step") = std::nullopt,
-           py::call_guard<py::gil_scoped_release>(),
+           py::arg("epoch") = 0, py::call_guard<py::gil_scoped_release>(),
            "Register (once) and adopt the server's initial weights; True if ours were kept")
       .def("gradient", &WorkerSession::Gradient, py::arg("key"), py::arg("grad"), py::arg("lr"),
            py::call_guard<py::gil_scoped_release>())
+      .def("prepare_gradients", &WorkerSession::PrepareGradients,
+           py::call_guard<py::gil_scoped_release>(),
+           "method 6: zeros for missing gradients and clipping, before the local step")
       .def(
           "exchange",
           [](WorkerSession& s, double lr) {
@@ -120,8 +123,11 @@ PYBIND11_MODULE(_C, m) {
           py::arg("lr"), "wait for the step's averaged gradients and write them into p.grad")
       .def("end_step", &WorkerSession::EndStep, py::arg("loss"))
       .def("end_epoch", &WorkerSession::EndEpoch, py::arg("epoch"), py::arg("accuracy"),
-           py::call_guard<py::gil_scoped_release>(),
-           "the epoch rule of method 6; returns the accuracy of the weights kept")
+           py::arg("train_loss") = std::nullopt, py::call_guard<py::gil_scoped_release>(),
+           "the epoch rule of method 6 and the dynamic ladder's decision; returns the accuracy "
+           "of the weights kept")
+      .def_property("auto_codecs", &WorkerSession::AutoCodecs, &WorkerSession::SetAutoCodecs,
+                    "compress.auto's push codec per key (shorthands)")
       .def("close", &WorkerSession::Close, py::arg("flush_rows") = true,
            py::call_guard<py::gil_scoped_release>())
       .def("save_state", [](const WorkerSession& s) { return py::bytes(s.SaveState()); })

@@ -27,14 +27,6 @@ Config LoadJobConfig(const SessionOptions& o) {
                                : LoadConfig(o.config_path, o.overrides);
 }
 
-// What this front end does not run (yet): the rest is every method the C++ worker runs.
-void CheckSupported(const Config& c) {
-  GP_ENFORCE(c.compress.clip_norm <= 0 && c.compress.dynamic.ladder.empty() &&
-                 c.compress.warmup_epochs == 0 && !c.compress.auto_select,
-             "gradpress.torch does not run compress.clip_norm, compress.dynamic, ",
-             "compress.warmup_epochs or compress.auto yet");
-}
-
 }  // namespace
 
 std::string CodecOverride(const std::string& block, const std::string& shorthand) {
@@ -64,8 +56,6 @@ WorkerSession::WorkerSession(SessionOptions options, std::vector<std::string> na
       params_(std::move(params)),
       rows_(std::make_shared<worker::RowOutbox>()),
       files_(opt_.run_dir, id_.rank, rows_) {
-  CheckSupported(config_);
-  weights_ = config_.sync.exchange == "weights";
   config_.cluster.workers = id_.workers;  // the job's world size, as the server expects it
   config_.cluster.servers = ResolveServers(config_);
   worker::LogBlas(("worker-" + std::to_string(id_.rank)).c_str());
@@ -85,30 +75,17 @@ WorkerSession::WorkerSession(SessionOptions options, std::vector<std::string> na
   worker::ClientOptions co =
       worker::ClientOptionsFor(config_, id_.rank, opt_.incarnation, id_.server);
   co.rows = rows_;
-  client_ = worker::MakeWorkerClient(config_, co, params_);
-  // A restarted shard met inside an exchange takes these weights (as the Trainer's).
-  if (client_.sharded) client_.sharded->set_weights_source([this] { return Aliases(); });
-  // Methods 1-5 in sync: buckets from backward's hooks when the model splits into several
-  // (one bucket overlaps nothing). Else the C++ worker's serial exchange of the method, the
-  // Python optimizer stepping where the C++ one would (worker/exchange.h).
-  if (config_.sync.overlap && config_.sync.mode == "sync" && config_.sync.every == 1 &&
-      config_.sync.exchange != "gaussian") {
-    std::vector<int> split = worker::BucketScheduler::Split(params_, config_.sync.bucket_mb);
-    if (split.size() > 1) {
-      split_ = split;
-      scheduler_ = std::make_unique<worker::BucketScheduler>(client_.client.get(), split_,
-                                                             std::min<int>(8, split_.size()));
-      for (const auto& p : params_) received_.push_back(torch::zeros_like(p));
-    }
-  }
-  if (!scheduler_) {
-    worker::ExchangeContext ctx;
-    ctx.config = &config_;
-    ctx.rank = id_.rank;
-    ctx.client = client_.client.get();
-    ctx.params = &params_;
-    exchange_ = worker::MakeSerialExchange(ctx);
-  }
+  worker::EngineOptions eo;
+  eo.config = &config_;
+  eo.rank = id_.rank;
+  eo.workers = id_.workers;
+  eo.params = &params_;
+  eo.names = names_;
+  eo.files = &files_;
+  eo.register_hooks = false;  // Python's hooks feed the buckets with the step's lr
+  // No optimizer: the Python one steps where the C++ one would (worker/exchange.h).
+  engine_ = std::make_unique<worker::StepEngine>(std::move(eo),
+                                                 worker::MakeWorkerClient(config_, co, params_));
   got_.assign(params_.size(), 0);
   if (!opt_.run_dir.empty()) {
     std::filesystem::create_directories(opt_.run_dir);
@@ -123,107 +100,99 @@ WorkerSession::~WorkerSession() {
   }
 }
 
-bool WorkerSession::Connect(std::optional<int64_t> restored_step) {
-  GP_ENFORCE_AS(FailedPrecondition, !closed_, "the session is closed");
-  int64_t server_step = step_;
-  if (!connected_) {
-    std::vector<compressors::TensorSpec> specs;
-    for (size_t i = 0; i < params_.size(); ++i)
-      specs.push_back(
-          {names_[i], exchange_ ? exchange_->KeyShape(params_[i]) : params_[i].sizes().vec()});
-    const worker::RegisterInfo info = client_.client->Register(specs, split_);
-    server_step = info.server_step;  // a server past step 0: this worker joins at its step
-    server_rank_ = info.rank;
-  }
-  bool ours = false;
-  const bool keep_own = restored_step && *restored_step == server_step && server_step > 0 &&
-                        !weights_ && !(exchange_ && exchange_->traits().stats_keys);
-  if (keep_own) {
-    spdlog::info("worker-{}: rejoins at step {} with the weights of its own checkpoint", id_.rank,
-                 server_step);
-  } else if (exchange_ && exchange_->traits().stats_keys) {
-    exchange_->Init();  // gaussian: the server holds statistics, not weights
-  } else {
-    std::vector<torch::Tensor> weights = Aliases();  // InitOrPull writes into the parameters
-    ours = client_.client->InitOrPull(&weights);
-  }
-  if (restored_step && !keep_own && server_step > 0) {
-    spdlog::warn(
-        "worker-{}: its state is of step {}, the server is at step {}: it goes on "
-        "from the server's weights with the optimizer state of step {}",
-        id_.rank, *restored_step, server_step, *restored_step);
-  }
-  // The local step there (async and method 6 count their own; the others the server's).
-  step_ = exchange_ ? exchange_->Reset(server_step) : server_step;
+worker::StepEngine& WorkerSession::Open(const char* what) {
+  GP_ENFORCE_AS(FailedPrecondition, engine_ != nullptr, what, ": the session is closed");
+  return *engine_;
+}
+
+bool WorkerSession::Connect(std::optional<int64_t> restored_step, int64_t epoch) {
+  worker::StepEngine& e = Open("connect");
+  if (connected_) return false;
+  const worker::Connection c = e.Connect(restored_step);
+  e.StartEpoch(epoch);
   connected_ = true;
   since_end_.Restart();
-  return ours;
+  return c.ours;
+}
+
+void WorkerSession::Begin(double lr) {
+  if (begun_) return;
+  engine_->BeginStep(lr);
+  begun_ = true;
 }
 
 void WorkerSession::Gradient(size_t key, const torch::Tensor& grad, double lr) {
-  GP_ENFORCE(scheduler_, "WorkerSession::Gradient without buckets (the serial step)");
+  worker::StepEngine& e = Open("gradient");
   GP_ENFORCE(key < params_.size(), "key ", key, " outside the model");
   GP_ENFORCE_AS(FailedPrecondition, connected_,
                 "call gradpress.torch.broadcast_parameters(model) before the first backward: "
                 "every worker must start from the server's initial weights");
-  if (!begun_) Begin(lr);
   GP_ENFORCE_AS(FailedPrecondition, !got_[key], "parameter '", names_[key],
-                "' got a second gradient in step ", step_,
-                ": call optimizer.step() after each backward (several backward passes per step "
-                "are not supported)");
+                "' got a second gradient in step ", e.step(),
+                ": call optimizer.step() after each backward, or make the optimizer with "
+                "backward_passes_per_step=N to accumulate N backward passes per step");
+  Begin(lr);
   got_[key] = 1;
-  scheduler_->Gradient(key, grad);
+  e.Gradient(key, grad);
+}
+
+void WorkerSession::PrepareGradients() {
+  worker::StepEngine& e = Open("step");
+  GP_ENFORCE_AS(FailedPrecondition, connected_,
+                "call gradpress.torch.broadcast_parameters(model) before the first step");
+  e.PrepareGradients(&prepared_);
 }
 
 StepMetrics WorkerSession::Exchange(double lr) {
+  worker::StepEngine& e = Open("step");
   GP_ENFORCE_AS(FailedPrecondition, connected_,
                 "call gradpress.torch.broadcast_parameters(model) before the first step");
-  GP_ENFORCE_AS(FailedPrecondition, !closed_, "the session is closed");
   StepMetrics m;
-  if (scheduler_) {
-    if (!begun_) Begin(lr);  // no gradient at all: zeros
-    begun_ = false;
-    std::fill(got_.begin(), got_.end(), 0);
-    worker::Merge(scheduler_->Finish(params_, &m.exposed_comm_ms), worker::Concurrency::kSerial,
-                  &m);
-    m.overlap = true;
-    if (!weights_) worker::WriteGradients(params_, received_);  // weights: in place already
-  } else {
-    // The method's own exchange: gradient methods leave the averaged gradients in p.grad
-    // (zeros pushed for a parameter without one), weights land in the parameters, method 6
-    // syncs every sync.every steps (the caller stepped already).
-    Timer wall;
-    exchange_->SetLr(lr);  // the server's SGD (weights) or shadow weights follow the lr
-    exchange_->Finish(step_, &m);
-    m.exposed_comm_ms = wall.ElapsedMs();
+  m.step = e.step();
+  m.compute_ms = prepared_.compute_ms;
+  prepared_ = StepMetrics{};
+  Begin(lr);  // no gradient from a hook (the serial step, or none at all): now
+  if (e.feeds()) {
+    // Keys no hook sent (backward_passes_per_step > 1: p.grad holds the passes' sum) go from
+    // p.grad, in backward's order; a key without one is exchanged as zeros.
+    for (size_t i = params_.size(); i-- > 0;)
+      if (!got_[i] && params_[i].grad().defined()) e.Gradient(i, params_[i].grad());
   }
-  m.step = step_++;
+  begun_ = false;
+  std::fill(got_.begin(), got_.end(), 0);
+  // Gradient methods leave the averaged gradients in p.grad (zeros pushed for a parameter
+  // without one), weights land in the parameters, method 6 syncs every sync.every steps.
+  e.FinishStep(&m);
+  worker::SettledStep done;  // cross-barrier: no layer gates here, the step completes now
+  if (e.Settle(&done)) {
+    worker::Merge(done.stats, worker::Concurrency::kSerial, &m);
+    m.exposed_comm_ms += done.exposed_ms;
+  }
   pending_ = m;
   has_pending_ = true;
   return m;
 }
 
-void WorkerSession::Begin(double lr) {
-  // Weights land in the parameters through fresh aliases (a loaded state_dict may have given
-  // them new storage); gradients in received_.
-  if (weights_) weights_out_ = Aliases();
-  scheduler_->Begin(step_, weights_ ? &weights_out_ : &received_, lr);
-  begun_ = true;
+std::vector<int> WorkerSession::split() const {
+  return engine_ ? engine_->traits().bucket_keys : std::vector<int>{};
 }
 
-std::vector<torch::Tensor> WorkerSession::Aliases() const {
-  std::vector<torch::Tensor> out;
-  for (const auto& p : params_) out.push_back(p.detach());
-  return out;
-}
-
-double WorkerSession::EndEpoch(int64_t epoch, double accuracy) {
-  GP_ENFORCE_AS(FailedPrecondition, connected_ && !closed_,
-                "end_epoch: call broadcast_parameters first (and not after close)");
-  if (!exchange_) return accuracy;  // the pipelined methods 1-5 have no epoch rule
+double WorkerSession::EndEpoch(int64_t epoch, double accuracy, std::optional<double> train_loss) {
+  worker::StepEngine& e = Open("end_epoch");
+  GP_ENFORCE_AS(FailedPrecondition, connected_, "end_epoch: call broadcast_parameters first");
   StepMetrics m;
-  return exchange_->EndEpoch(
-      epoch, [accuracy] { return accuracy; }, server_rank_, &m);
+  const double kept = e.EndEpoch(
+      epoch, [accuracy] { return accuracy; },
+      [&]() -> double {
+        GP_ENFORCE(train_loss.has_value(),
+                   "compress.dynamic decides from the training loss: call end_epoch(epoch, "
+                   "accuracy, train_loss=...) with the loss on training images every worker "
+                   "evaluates alike");
+        return *train_loss;
+      },
+      /*adapt=*/true, &m);
+  e.StartEpoch(epoch + 1);
+  return kept;
 }
 
 void WorkerSession::EndStep(double loss) {
@@ -241,10 +210,7 @@ void WorkerSession::EndStep(double loss) {
 }
 
 void WorkerSession::Close(bool flush_rows) {
-  if (closed_) return;
-  closed_ = true;
-  scheduler_.reset();  // its threads end; no step is in flight between steps
-  exchange_.reset();
+  if (!engine_) return;
   if (connected_) {
     worker::TrainSummary s;
     s.steps = totals_.steps;
@@ -255,34 +221,49 @@ void WorkerSession::Close(bool flush_rows) {
     s.bytes_down_per_step = down / d;
     s.ratio_up = up > 0 ? dense_bytes_ * d / up : 0.0;
     s.ratio_down = down > 0 ? dense_bytes_ * d / down : 0.0;
-    s.overlap = !split_.empty();
+    s.overlap = engine_->traits().overlaps;
     s.wall_s = wall_.ElapsedSeconds();
     if (id_.rank == 0 && s.steps > 0)
       files_.Summary(config_, id_.workers, s, [](JsonLine& l) { l.Str("runner", "python"); });
     try {
       // The dashboard's last rows (no push follows them), as the Trainer sends them.
-      if (flush_rows) client_.client->Heartbeat();
+      if (flush_rows) engine_->client().Heartbeat();
     } catch (const Error& e) {
       spdlog::warn("worker-{}: the last rows for the server's dashboard were not sent: {}",
                    id_.rank, e.what());
     }
   }
-  // The client's heartbeat thread ends with it; the codecs it encodes with go after it.
-  client_.client.reset();
-  client_.sharded = nullptr;
-  client_.codecs = nullptr;
-  client_.own_codecs.reset();
+  // The exchange's threads, the client's heartbeat thread and the codecs end with it (no step
+  // is in flight between steps).
+  engine_.reset();
 }
 
 std::string WorkerSession::SaveState() const {
-  GP_ENFORCE_AS(FailedPrecondition, !closed_, "the session is closed");
-  return client_.codecs->SaveState();
+  GP_ENFORCE_AS(FailedPrecondition, engine_ != nullptr, "save_state: the session is closed");
+  return engine_->codecs().SaveState();
 }
 
 void WorkerSession::LoadState(std::string_view state) {
-  GP_ENFORCE_AS(FailedPrecondition, !closed_ && connected_,
+  worker::StepEngine& e = Open("load_state");
+  GP_ENFORCE_AS(FailedPrecondition, connected_,
                 "the codec state is restored once registered: call broadcast_parameters first");
-  client_.codecs->LoadState(state);
+  e.codecs().LoadState(state);
+}
+
+std::vector<std::string> WorkerSession::AutoCodecs() const {
+  std::vector<std::string> out;
+  if (engine_)
+    for (const CodecSpec& s : engine_->auto_codecs()) out.push_back(s.ToShorthand());
+  return out;
+}
+
+void WorkerSession::SetAutoCodecs(const std::vector<std::string>& per_key) {
+  worker::StepEngine& e = Open("set_auto_codecs");
+  GP_ENFORCE_AS(FailedPrecondition, connected_,
+                "the codecs are set once registered: call broadcast_parameters first");
+  std::vector<CodecSpec> specs;
+  for (const std::string& s : per_key) specs.push_back(ParseCodecShorthand(s));
+  e.SetAutoCodecs(std::move(specs));
 }
 
 }  // namespace gradpress::python

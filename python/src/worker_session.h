@@ -1,33 +1,35 @@
 #pragma once
 // WorkerSession: the C++ half of gradpress.torch.DistributedOptimizer (python/gradpress/torch/).
-// A Python training loop's model becomes a gradpress worker through the C++ worker's own
-// parts, never a copy of them: the job config (common/config.h: a YAML file and overrides,
-// identity from RANK / WORLD_SIZE / GRADPRESS_SERVER), the client gradpress-worker uses
-// (worker/client_factory.h: gRPC, one server or the sharded composite, the push codecs' state),
-// the BucketScheduler's pipelined buckets (worker/bucket_scheduler.h) or PsClient::PushPull for
-// the other steps (worker/exchange.h's serial exchanges, with the caller's optimizer), and
-// RunFiles (worker/run_files.h) for metrics.jsonl, the dashboard's rows and summary.json.
+// A Python training loop's model becomes a gradpress worker through the StepEngine the C++
+// Trainer runs on (worker/step_engine.h: the client, the method's exchange, clipping, the push
+// codec's policy: compress.auto, the dynamic ladder, DGC's warm-up), never a copy of it, with
+// the job config (common/config.h: a YAML file and overrides, identity from RANK /
+// WORLD_SIZE / GRADPRESS_SERVER) and RunFiles (worker/run_files.h) for metrics.jsonl, the
+// dashboard's rows and summary.json. The session is a thin loop, as the Trainer is: it adds
+// the Python hooks' lr and checks, and the step's timing.
 // exchange=gradients (3-5) writes the averaged gradients into p.grad for the caller's
 // optimizer; exchange=weights (1-2, sync or async) writes the server's weights (its SGD
 // stepped with the lr given) into the parameters, and the caller's optimizer does not step;
-// sync.every K > 1 (method 6): the caller steps on its own gradients first (local_steps()),
-// every K-th Exchange averages the update since the last sync, and EndEpoch applies the
-// epoch rule (the best worker's weights, or a final average).
+// sync.every K > 1 (method 6): the caller steps on its own gradients first (local_steps():
+// PrepareGradients, its step, then Exchange), every K-th Exchange averages the update since
+// the last sync, and EndEpoch applies the epoch rule (the best worker's weights, or a final
+// average).
 //
 //   WorkerSession s(options, names, params);   // params: the model's leaf tensors (aliases)
 //   s.Connect();                               // Register + InitOrPull (broadcast_parameters)
 //   per step: backward's hooks call s.Gradient(i, g, lr) (s.pipelined()); then
 //             StepMetrics m = s.Exchange(lr);  // the averaged gradients are in p.grad
 //             ... the wrapped optimizer steps ...;  s.EndStep(loss);
-//             (local_steps(): the optimizer steps before Exchange)
-//   per epoch (optional; method 6's rule): acc = s.EndEpoch(epoch, my_test_accuracy);
+//             (local_steps(): s.PrepareGradients(); the optimizer steps; then Exchange)
+//   per epoch: acc = s.EndEpoch(epoch, my_test_accuracy, train_loss);  // method 6's rule,
+//             the dynamic ladder's decision (train_loss), the next epoch's warm-up density
 //   s.Close();                                 // summary.json (rank 0), last dashboard rows
 //
 // Gradients are held, not copied, until Exchange returns. A key that got no gradient in a
 // step (an unused parameter) is exchanged as zeros, as the C++ Trainer does. A second
 // gradient for a key in one step (two backward passes before step()) is an InvalidArgument.
 // Thread-safety: one thread (Python's, holding or not the GIL); the exchange runs on the
-// BucketScheduler's threads, which never touch Python.
+// engine's threads, which never touch Python.
 #include <torch/types.h>
 
 #include <cstdint>
@@ -39,10 +41,8 @@
 
 #include "common/config.h"
 #include "common/timer.h"
-#include "worker/bucket_scheduler.h"
-#include "worker/client_factory.h"
-#include "worker/exchange.h"
 #include "worker/run_files.h"
+#include "worker/step_engine.h"
 #include "worker/step_metrics.h"
 
 namespace gradpress::python {
@@ -83,9 +83,13 @@ class WorkerSession {
   // at the server's step (past 0) and for a gradient method, the parameters are kept, as the
   // C++ worker keeps a checkpoint of the server's step; else the server's weights are taken
   // (methods 1-2: the model; 3-6: server.shadow_weights, the workers' weights of its step).
-  bool Connect(std::optional<int64_t> restored_step = std::nullopt);
+  // epoch: the epoch training goes on in (DGC's warm-up density).
+  bool Connect(std::optional<int64_t> restored_step = std::nullopt, int64_t epoch = 0);
   // A parameter's gradient from its hook (pipelined() only); lr: the step's learning rate.
   void Gradient(size_t key, const torch::Tensor& grad, double lr);
+  // Method 6 (local_steps()): zeros for parameters without a gradient and clipping
+  // (compress.clip_norm), before the caller's optimizer steps.
+  void PrepareGradients();
   // Waits for the step's exchange and writes the averaged gradients into p.grad (weights:
   // the server's weights into the parameters).
   StepMetrics Exchange(double lr);
@@ -93,7 +97,9 @@ class WorkerSession {
   void EndStep(double loss);
   // The end of an epoch with this worker's test accuracy: method 6 applies its epoch rule
   // (sync.model_selection) and returns the accuracy of the weights kept; else `accuracy`.
-  double EndEpoch(int64_t epoch, double accuracy);
+  // train_loss: the training loss on images every worker evaluates alike, which the dynamic
+  // ladder (compress.dynamic) needs. The next epoch's warm-up density is set.
+  double EndEpoch(int64_t epoch, double accuracy, std::optional<double> train_loss);
   // summary.json (rank 0, with a run directory), the dashboard's last rows (flush_rows: a
   // Heartbeat, retried while the server is unreachable; a failure is logged), and the end
   // of the client and its heartbeat thread. Idempotent; nothing else may be called after.
@@ -102,46 +108,42 @@ class WorkerSession {
   // The push codecs' state (error-feedback residuals, momenta, RNG), for state_dict.
   std::string SaveState() const;
   void LoadState(std::string_view state);
+  // compress.auto's push codec per key (shorthands; empty: none chosen), for state_dict: a
+  // restarted worker keeps the codecs its state was saved with.
+  std::vector<std::string> AutoCodecs() const;
+  void SetAutoCodecs(const std::vector<std::string>& per_key);
 
   bool connected() const { return connected_; }
-  bool pipelined() const { return scheduler_ != nullptr; }
-  bool weights() const { return weights_; }  // methods 1-2: the server steps
+  bool pipelined() const { return engine_ && engine_->feeds(); }
+  bool weights() const { return config_.sync.exchange == "weights"; }  // methods 1-2
   // Method 6: the caller's optimizer steps on its own gradients before Exchange.
   bool local_steps() const { return config_.sync.every > 1; }
-  int64_t step() const { return step_; }
+  int64_t step() const { return engine_ ? engine_->step() : 0; }
   int rank() const { return id_.rank; }
   int world_size() const { return id_.workers; }
   const std::string& server() const { return id_.server; }
-  const std::vector<int>& split() const { return split_; }
+  std::vector<int> split() const;
   const Config& config() const { return config_; }
   const StepMetrics& last() const { return last_; }
 
  private:
-  void Begin(double lr);                       // the scheduler's step
-  std::vector<torch::Tensor> Aliases() const;  // detached aliases of the parameters
+  worker::StepEngine& Open(const char* what);  // the engine, or a clear error when closed
+  void Begin(double lr);                       // the engine's step, once
 
   SessionOptions opt_;
   Config config_;
   Identity id_;
   std::vector<std::string> names_;
-  std::vector<torch::Tensor> params_;       // aliases of the Python parameters
-  std::vector<torch::Tensor> received_;     // pipelined: the step's averaged gradients
-  std::vector<torch::Tensor> weights_out_;  // weights, pipelined: aliases the results land in
-  bool weights_ = false;                    // exchange=weights (methods 1-2)
-  std::vector<int> split_;                  // keys per bucket (empty: the serial step)
+  std::vector<torch::Tensor> params_;  // aliases of the Python parameters
   std::shared_ptr<worker::RowOutbox> rows_;
-  worker::WorkerClient client_;
-  std::unique_ptr<worker::BucketScheduler> scheduler_;  // the pipelined step, or
-  std::unique_ptr<worker::Exchange> exchange_;          // the method's serial exchange
-  int server_rank_ = 0;                                 // the server's numbering (Elect)
   worker::RunFiles files_;
+  std::unique_ptr<worker::StepEngine> engine_;  // null once closed
   worker::MetricTotals totals_;
   int64_t dense_bytes_ = 0;
   std::vector<char> got_;  // per key: a gradient arrived this step
-  bool begun_ = false;     // the scheduler's step began
-  bool connected_ = false, closed_ = false;
-  int64_t step_ = 0;
-  StepMetrics pending_, last_;
+  bool begun_ = false;     // the engine's step began
+  bool connected_ = false;
+  StepMetrics pending_, last_, prepared_;
   bool has_pending_ = false;
   Timer since_end_;  // since the previous step ended (or Connect)
   Timer wall_;

@@ -1,11 +1,13 @@
-"""A Python worker and gradpress-worker send the same payloads (issue 31): the same
-TorchScript CNN, the job's synthetic data in gradpress-worker's order (gp.worker_data), the
-same codecs and seeds, each against its own server. Method 5 with error feedback both ways
-makes every step's payload depend on all earlier ones, so equal bytes and equal losses step
-after step mean equal payloads."""
+"""A Python worker and gradpress-worker send the same payloads: the same TorchScript CNN, the
+job's synthetic data in gradpress-worker's order (gp.worker_data), the same codecs and seeds,
+each against its own server. Method 5 with error feedback both ways makes every step's payload
+depend on all earlier ones, so equal bytes and equal losses step after step mean equal
+payloads. The step engine's features run alike in both: DGC's local clipping, its sparsity
+warm-up, and the dynamic ladder's codec per epoch."""
 import json
 import subprocess
 
+import pytest
 import torch
 
 import gp_testlib
@@ -26,13 +28,31 @@ class Cnn(torch.nn.Module):
         return self.fc2(torch.relu(self.fc1(x.flatten(1))))
 
 
-def job(tmp_path, model_path):
+# The jobs: (epochs, momentum of the local SGD, the codec and compress lines).
+JOBS = {
+    "m5": (1, 0.9, f"push: {M5}\npull: {M5}\ncompress: {{min_numel: 100}}\n"),
+    "m5_clip": (1, 0.9, f"push: {M5}\npull: {M5}\ncompress: {{min_numel: 100, clip_norm: 0.5}}\n"),
+    # DGC: the momentum lives in the push codec, the local SGD has none.
+    "dgc_warmup": (2, 0.0, "push: {codec: dgc, ratio: 0.01}\npull: {codec: threshold, "
+                   "threshold: 0}\ncompress: {min_numel: 100, momentum_correction: 0.9, "
+                   "warmup_epochs: 1}\n"),
+    # Thresholds no epoch meets: the ladder moves up a rung every epoch.
+    "dynamic": (3, 0.9, "push: {codec: qsgd, levels: 7, elias: false}\npull: {codec: none}\n"
+                "compress:\n  min_numel: 100\n  dynamic:\n    ladder: \"qsgd levels=3 "
+                "elias=false | qsgd levels=15 elias=false | qsgd levels=127 elias=false\"\n"
+                "    acc_threshold: 1.0\n    loss_threshold: 1.0\n"),
+}
+
+
+def job(tmp_path, model_path, name="m5"):
+    epochs, momentum, codecs = JOBS[name]
     text = (f"name: parity\nmodel: {{name: torchscript, path: {model_path}}}\n"
             "dataset: {name: synthetic, subset: 256, test_subset: 64}\n"
-            "train: {epochs: 1, batch_size: 32, lr: 0.05, momentum: 0.9, seed: 3, threads: 1}\n"
+            f"train: {{epochs: {epochs}, batch_size: 32, lr: 0.05, momentum: {momentum}, seed: 3, "
+            "threads: 1}\n"
             "cluster: {workers: 1}\n"
             "sync: {mode: sync, exchange: gradients, every: 1, overlap: false}\n"
-            f"push: {M5}\npull: {M5}\ncompress: {{min_numel: 100}}\n"
+            f"{codecs}"
             "server: {worker_timeout_s: 30, deadline_s: 60}\n")
     path = tmp_path / "job.yaml"
     path.write_text(text)
@@ -51,11 +71,20 @@ def cpp_run(tmp_path, config):
         assert r.returncode == 0, f"{r.stdout}\n{r.stderr}\nserver:\n{server.log()}"
     finally:
         server.stop()
-    rows = [json.loads(x) for x in (d / "run" / "metrics.jsonl").read_text().splitlines()]
-    return [x for x in rows if "bytes_up" in x and "epoch_s" not in x]
+    return metrics(d / "run")
 
 
-def python_run(tmp_path, config, model_path):
+def metrics(run_dir):
+    """The step rows and the codec policy's lines (push_codec, push_density) of a run."""
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [x for x in rows if "bytes_up" in x and "epoch_s" not in x]
+    policy = [{k: x[k] for k in ("epoch", "step", "push_codec", "push_density") if k in x}
+              for x in rows if "push_codec" in x or "push_density" in x]
+    return steps, policy
+
+
+def python_run(tmp_path, config, model_path, name="m5"):
+    epochs, momentum, _ = JOBS[name]
     d = tmp_path / "python"
     d.mkdir()
     server = gp_testlib.Server(d, config, workers=1)
@@ -65,34 +94,52 @@ def python_run(tmp_path, config, model_path):
         model.train()
         # gradpress-worker names a TorchScript model's keys with '_' for '.'.
         named = [(n.replace(".", "_"), p) for n, p in model.named_parameters()]
-        opt = gp.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
-                                      named, config=str(config), rank=0, world_size=1,
-                                      server=server.address)
+        opt = gp.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.05, momentum=momentum), named,
+            config=str(config), rank=0, world_size=1, server=server.address,
+            run_dir=str(d / "run"))
         gp.broadcast_parameters(named, opt)
-        (x, y), _ = gp.worker_data(str(config), rank=0, world_size=1, epoch=0)
         rows = []
-        for b in range(0, len(y), 32):
-            opt.zero_grad()
-            loss = torch.nn.functional.cross_entropy(model(x[b:b + 32]), y[b:b + 32])
-            loss.backward()
-            opt.step()
-            s = opt.stats()
-            rows.append({"step": s["step"], "loss": loss.item(), "bytes_up": s["bytes_up"],
-                         "bytes_down": s["bytes_down"]})
+        for epoch in range(epochs):
+            (x, y), (tx, ty) = gp.worker_data(str(config), rank=0, world_size=1, epoch=epoch)
+            for b in range(0, len(y), 32):
+                opt.zero_grad()
+                loss = torch.nn.functional.cross_entropy(model(x[b:b + 32]), y[b:b + 32])
+                loss.backward()
+                opt.step()
+                st = opt.stats()
+                rows.append({"step": st["step"], "loss": loss.item(), "bytes_up": st["bytes_up"],
+                             "bytes_down": st["bytes_down"]})
+            # As gradpress-worker: test accuracy, and the mean loss over the training images
+            # (all 256 here, the first 4096 in general) for the dynamic ladder, in eval mode.
+            model.eval()
+            with torch.no_grad():
+                acc = (model(tx).argmax(1) == ty).sum().item() / len(ty)
+                probe = torch.nn.functional.cross_entropy(model(x), y, reduction="sum").item()
+            model.train()
+            opt.end_epoch(epoch, acc, probe / len(y))
         opt.close()
     finally:
         server.stop()
-    return rows
+    return rows, metrics(d / "run")[1]
 
 
-def test_python_and_cpp_workers_send_the_same_payloads(tmp_path):
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_python_and_cpp_workers_send_the_same_payloads(tmp_path, name):
     torch.manual_seed(11)
     model_path = tmp_path / "cnn.pt"
     torch.jit.script(Cnn()).save(str(model_path))
-    config = job(tmp_path, model_path)
-    cpp = cpp_run(tmp_path, config)
-    py = python_run(tmp_path, config, model_path)
-    assert [r["step"] for r in cpp] == [r["step"] for r in py] == list(range(8))
+    config = job(tmp_path, model_path, name)
+    cpp, cpp_policy = cpp_run(tmp_path, config)
+    py, py_policy = python_run(tmp_path, config, model_path, name)
+    assert py_policy == cpp_policy
+    if name == "dgc_warmup":  # the density of epoch 0, then the target's from epoch 1
+        assert [p["push_density"] for p in py_policy] == [0.25, 0.01]
+    if name == "dynamic":  # from the second epoch's end on, one rung up per epoch
+        assert [p["push_codec"] for p in py_policy] == [
+            "qsgd levels=15 elias=false", "qsgd levels=127 elias=false"]
+    epochs = JOBS[name][0]
+    assert [r["step"] for r in cpp] == [r["step"] for r in py] == list(range(8 * epochs))
     assert [r["bytes_up"] for r in py] == [r["bytes_up"] for r in cpp]
     assert [r["bytes_down"] for r in py] == [r["bytes_down"] for r in cpp]
     for c, p in zip(cpp, py):  # metrics.jsonl keeps 10 significant digits

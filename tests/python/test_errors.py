@@ -47,11 +47,8 @@ def test_bad_config_and_identity():
         make(model, overrides=["train.lrr=0.1"])
     with pytest.raises(ValueError, match="rank"):
         make(model, rank=2, world_size=2)
-    with pytest.raises(ValueError, match="compress.clip_norm"):
-        make(model, overrides=["compress.clip_norm=1.0"])
-    with pytest.raises(ValueError, match="compress.auto"):
-        make(model, overrides=["push={codec: topk, ratio: 0.01}", "compress.auto=true",
-                               "compress.link_gbps=1"])
+    with pytest.raises(ValueError, match="warmup_epochs"):  # qsgd has no density to warm up
+        make(model, overrides=["push={codec: qsgd, levels: 8}", "compress.warmup_epochs=2"])
     with pytest.raises(TypeError):
         make(model, push=3)
 

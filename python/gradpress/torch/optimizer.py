@@ -1,5 +1,7 @@
 """gradpress.torch.DistributedOptimizer and broadcast_parameters (docs/python.md)."""
 import atexit
+import contextlib
+import warnings
 import weakref
 
 import torch
@@ -58,11 +60,36 @@ def _named_leaves(optimizer, named_parameters):
 
 
 def _hook(optimizer_ref, key):
+    """Key's gradient to the pipelined step as backward produces it (one backward pass per
+    step); the first of a step also asks autograd to note the gradients when backward ends."""
     def hook(grad):
         opt = optimizer_ref()
-        if opt is not None and opt._session is not None:
-            opt._session.gradient(key, grad, opt.param_groups[0]["lr"])
+        if opt is None or opt._session is None:
+            return
+        if not opt._hooked:
+            opt._hooked = True
+            torch.autograd.Variable._execution_engine.queue_callback(opt._note_sent)
+        opt._session.gradient(key, grad, opt.param_groups[0]["lr"])
     return hook
+
+
+def _counter(optimizer_ref, key):
+    """backward_passes_per_step > 1: counts key's backward passes (p.grad accumulates them)."""
+    def hook(grad):
+        opt = optimizer_ref()
+        if opt is None:
+            return
+        opt._passes[key] += 1
+        if opt._passes[key] > opt._backward_passes:
+            raise RuntimeError(
+                f"parameter '{opt._names[key]}' got {opt._passes[key]} gradients before step(): "
+                f"backward_passes_per_step is {opt._backward_passes}")
+    return hook
+
+
+def _grad_marks(params):
+    """Each parameter's gradient as it stands: (its object id, its version), or None."""
+    return [None if p.grad is None else (id(p.grad), p.grad._version) for p in params]
 
 
 def _subclass_for(wrapped_cls):
@@ -98,11 +125,25 @@ class DistributedOptimizer:
     else ``RANK``, ``WORLD_SIZE``, ``GRADPRESS_SERVER``. With ``run_dir``, the worker writes
     metrics.jsonl (and rank 0 summary.json and config.yaml) there.
 
+    Every job feature gradpress-worker runs holds here too, through the same C++ step engine
+    (worker/step_engine.h): ``compress.clip_norm`` (DGC's local clipping), the dynamic ladder
+    (``compress.dynamic``: pass ``train_loss`` to ``end_epoch``), DGC's warm-up
+    (``compress.warmup_epochs``: call ``end_epoch`` every epoch) and ``compress.auto`` (its
+    calibration trains the job's ``model``: set it to this model, e.g. as TorchScript).
+
     Gradients go to the exchange as backward produces them (autograd hooks feed the C++
     bucket scheduler, when the model splits into several ``sync.bucket_mb`` buckets);
     ``step()`` waits for the averaged gradients, writes them into ``p.grad`` and steps the
     wrapped optimizer. A parameter without a gradient in a step (unused) is exchanged as
-    zeros. One backward per step. Call ``broadcast_parameters`` before the first backward.
+    zeros. Call ``broadcast_parameters`` before the first backward.
+
+    ``backward_passes_per_step=N`` (Horovod's): N backward passes accumulate into ``p.grad``
+    (their sum; scale the loss for a mean) and ``step()`` exchanges them once. To change the
+    averaged gradients before the wrapped optimizer steps (e.g. clip them), use Horovod's
+    pattern: ``optimizer.synchronize()`` (the averaged gradients are then in ``p.grad``),
+    your change, then ``with optimizer.skip_synchronize(): optimizer.step()``. A ``p.grad``
+    changed between backward and ``step()`` after its hook sent it is not exchanged: that is
+    reported once, with a warning naming the parameter.
 
     As Horovod's, the object returned is an instance of a subclass of the wrapped optimizer's
     own class, made at run time (``isinstance(opt, torch.optim.SGD)`` holds, and torch's
@@ -122,9 +163,13 @@ class DistributedOptimizer:
 
     def __init__(self, optimizer, named_parameters=None, config=None, push=None, pull=None,
                  rank=None, world_size=None, server=None, run_dir=None, bucket_mb=None, *,
-                 overrides=None, incarnation=1):
+                 overrides=None, incarnation=1, backward_passes_per_step=1):
         self._session = None
         self._handles = []
+        if (not isinstance(backward_passes_per_step, int) or isinstance(backward_passes_per_step, bool)
+                or backward_passes_per_step < 1):
+            raise ValueError("backward_passes_per_step: expected an integer >= 1, got "
+                             f"{backward_passes_per_step!r}")
         names, params = _named_leaves(optimizer, named_parameters)
         # The wrapped class's own constructor over the same param groups (each keeps its
         # hyperparameters), as Horovod does; then the wrapped optimizer's defaults and state,
@@ -136,8 +181,18 @@ class DistributedOptimizer:
         self.state = optimizer.state
         self._names, self._params = names, params
         self._pending_state = None
+        self._pending_auto = None
         self._restored_step = None
-        self._last = {}
+        self._epoch = 0  # the epoch training is in (end_epoch counts them; DGC's warm-up)
+        self._stepped = False  # stats() reads the session's last step once there is one
+        self._backward_passes = backward_passes_per_step
+        self._passes = [0] * len(params)
+        self._hooked = False  # a hook sent a gradient this step
+        self._sent = None  # the gradients' marks when backward ended (hooks sent them)
+        self._after_step = None  # the gradients' marks after the last step
+        self._synchronized = False  # synchronize() exchanged this step
+        self._skip_sync = False
+        self._warned_changed = False
         config, overrides = _config.from_launch(config, overrides)
         self._session = _C.WorkerSession(
             _config.config_path(config),
@@ -145,7 +200,9 @@ class DistributedOptimizer:
             None if server is None else str(server), "" if run_dir is None else str(run_dir),
             int(incarnation), names, params)
         me = weakref.ref(self)
-        if self._session.pipelined:
+        if backward_passes_per_step > 1:  # the gradients go after the last pass, from p.grad
+            self._handles = [p.register_hook(_counter(me, i)) for i, p in enumerate(params)]
+        elif self._session.pipelined:
             self._handles = [p.register_hook(_hook(me, i)) for i, p in enumerate(params)]
         for p in params:  # broadcast_parameters finds the optimizer through its parameters
             p._gradpress_optimizer = me
@@ -171,6 +228,58 @@ class DistributedOptimizer:
             raise RuntimeError("the DistributedOptimizer is closed")
         return self._session
 
+    def _note_sent(self):
+        """Autograd's callback at the end of a backward whose hooks sent gradients."""
+        self._sent = _grad_marks(self._params)
+
+    def _check_gradients(self):
+        """Before the exchange: a step without a backward since the last one is an error; a
+        gradient changed after its hook sent it is reported once."""
+        marks = _grad_marks(self._params)
+        if self._after_step is not None and marks == self._after_step:
+            raise RuntimeError("step() again without a backward pass since the last step(): "
+                               "every step exchanges one backward's gradients (or "
+                               "backward_passes_per_step of them)")
+        if self._sent is not None and not self._warned_changed:
+            for name, now, sent in zip(self._names, marks, self._sent):
+                if now != sent:
+                    self._warned_changed = True
+                    warnings.warn(
+                        f"gradpress.torch: the gradient of '{name}' changed after backward sent "
+                        "it to the exchange (e.g. clip_grad_norm_ between backward() and "
+                        "step()); the change is not exchanged. To change the averaged "
+                        "gradients: optimizer.synchronize(), then the change, then "
+                        "`with optimizer.skip_synchronize(): optimizer.step()`",
+                        RuntimeWarning, stacklevel=3)
+                    break
+        self._sent = None
+
+    def synchronize(self):
+        """Exchanges this step's gradients now: the averaged gradients are in ``p.grad`` when it
+        returns (methods 1-2: the server's weights are in the parameters). Then change them
+        (e.g. ``torch.nn.utils.clip_grad_norm_``) and step with ``skip_synchronize()``."""
+        session = self._open()
+        if self._synchronized:
+            return
+        if session.local_steps:
+            raise RuntimeError("synchronize(): method 6 (sync.every > 1) averages weights every "
+                               "sync.every steps, not gradients; call step()")
+        self._check_gradients()
+        if self._backward_passes > 1:
+            self._passes = [0] * len(self._params)
+        self._hooked = False
+        session.exchange(self.param_groups[0]["lr"])  # the GIL is released while it waits
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Inside it, ``step()`` does not exchange: call ``synchronize()`` first."""
+        self._skip_sync = True
+        try:
+            yield
+        finally:
+            self._skip_sync = False
+
     def step(self, closure=None):
         session = self._open()
         loss = None
@@ -179,22 +288,37 @@ class DistributedOptimizer:
                 loss = closure()
         wrapped_step = super(DistributedOptimizer, self).step
         if session.local_steps:  # method 6: a local step; every sync.every-th is averaged
+            self._check_gradients()
+            self._passes = [0] * len(self._params)
+            session.prepare_gradients()  # compress.clip_norm before the local step
             wrapped_step()
             session.exchange(self.param_groups[0]["lr"])
         else:
-            session.exchange(self.param_groups[0]["lr"])  # the GIL is released while it waits
+            if self._skip_sync and not self._synchronized:
+                raise RuntimeError("step() inside skip_synchronize() without synchronize() "
+                                   "first: the gradients were not exchanged")
+            self.synchronize()
             if not session.weights:  # methods 1-2: the server stepped, its weights are in place
                 wrapped_step()
+        self._synchronized = False
         session.end_step(float(loss) if loss is not None else 0.0)
-        self._last = session.last()
+        self._after_step = _grad_marks(self._params)
+        self._stepped = True
         return loss
 
-    def end_epoch(self, epoch, accuracy):
+    def end_epoch(self, epoch, accuracy, train_loss=None):
         """The end of an epoch, with this worker's test accuracy. Method 6 applies its epoch
         rule (``sync.model_selection``: ``best``, every worker adopts the weights of the one
         with the best accuracy; ``average``, a last averaging sync) and returns the accuracy
-        of the weights kept; the other methods return ``accuracy``. Call it on every worker."""
-        return self._open().end_epoch(int(epoch), float(accuracy))
+        of the weights kept; the other methods return ``accuracy``. The dynamic ladder
+        (``compress.dynamic``) chooses the next epoch's push codec from the accuracy and
+        ``train_loss``: the loss on training images every worker evaluates alike (as
+        gradpress-worker, the first 4096 of the training set). DGC's warm-up
+        (``compress.warmup_epochs``) sets the next epoch's density. Call it on every worker."""
+        kept = self._open().end_epoch(int(epoch), float(accuracy),
+                                      None if train_loss is None else float(train_loss))
+        self._epoch = int(epoch) + 1
+        return kept
 
     def add_param_group(self, param_group):
         if getattr(self, "_constructing", False):  # the wrapped class's constructor
@@ -205,8 +329,8 @@ class DistributedOptimizer:
     def stats(self):
         """The last step's figures: bytes_up, bytes_down, encode_ms, decode_ms, network_ms,
         wait_ms, server_ms, exposed_comm_ms, compute_ms, step_ms, ... ({} before a step)."""
-        self._open()
-        return dict(self._last)
+        session = self._open()
+        return session.last() if self._stepped else {}
 
     def state_dict(self):
         """The wrapped optimizer's state_dict plus ``"gradpress"``: the step and the push
@@ -214,7 +338,9 @@ class DistributedOptimizer:
         session = self._open()
         sd = super(DistributedOptimizer, self).state_dict()
         codec = session.save_state() if session.connected else (self._pending_state or b"")
-        sd["gradpress"] = {"step": session.step, "codec_state": codec, "names": list(self._names)}
+        auto = session.auto_codecs if session.connected else (self._pending_auto or [])
+        sd["gradpress"] = {"step": session.step, "codec_state": codec, "names": list(self._names),
+                           "epoch": self._epoch, "auto_codecs": list(auto)}
         return sd
 
     def load_state_dict(self, state_dict):
@@ -224,9 +350,18 @@ class DistributedOptimizer:
         if ours is not None and list(ours.get("names", self._names)) != self._names:
             raise ValueError("load_state_dict: the state is of another model's parameters")
         super(DistributedOptimizer, self).load_state_dict(state_dict)
-        if ours is not None and not session.connected:
+        if ours is None:
+            return
+        if not session.connected:
             self._restored_step = int(ours.get("step", 0))  # a restarted worker's checkpoint
-        if ours is None or not ours.get("codec_state"):
+        self._epoch = int(ours.get("epoch", self._epoch))
+        auto = list(ours.get("auto_codecs", []))
+        if auto:  # the codecs the state was saved with, whatever this start would choose
+            if session.connected:
+                session.auto_codecs = auto
+            else:
+                self._pending_auto = auto
+        if not ours.get("codec_state"):
             return
         if session.connected:
             session.load_state(bytes(ours["codec_state"]))
@@ -235,7 +370,10 @@ class DistributedOptimizer:
 
     def _connect(self):
         session = self._open()
-        ours = session.connect(self._restored_step)
+        ours = session.connect(self._restored_step, self._epoch)
+        if self._pending_auto is not None:
+            auto, self._pending_auto = self._pending_auto, None
+            session.auto_codecs = auto
         if self._pending_state is not None:
             state, self._pending_state = self._pending_state, None
             session.load_state(state)
