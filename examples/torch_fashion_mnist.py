@@ -118,9 +118,9 @@ def main():
         for b in range(0, len(mine), a.batch_size):
             idx = mine[b:b + a.batch_size]
             if a.lr_schedule == "cosine":
+                x = min(max(steps / per_epoch / a.epochs, 0.0), 1.0)  # as gradpress-worker
                 for group in opt.param_groups:
-                    group["lr"] = a.lr * 0.5 * (1 + math.cos(math.pi * steps /
-                                                             (per_epoch * a.epochs)))
+                    group["lr"] = a.lr * 0.5 * (1 + math.cos(math.pi * x))
             opt.zero_grad()
             loss = F.cross_entropy(model(xs[idx]), ys[idx])
             loss.backward()

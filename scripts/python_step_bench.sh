@@ -8,6 +8,9 @@
 #   scripts/python_step_bench.sh [CONFIG] [STEPS]     # default configs/lenet_fmnist_m3.yaml 300
 #   scripts/python_step_bench.sh CONFIG epochs=N      # whole epochs (the config's lr schedule),
 #                                                     # and each runner's final test accuracy
+#   WORKER_DATA=1 scripts/python_step_bench.sh CONFIG epochs=N   # the Python workers train on
+#       gradpress-worker's batches (gp.worker_data) with the config's batch size, lr and
+#       momentum (none locally under DGC's momentum correction, as gradpress-worker)
 #
 # step_ms: the C++ worker's Trainer::Step (the next batch is gathered on another thread);
 # the Python worker's time from one step() to the next (its batch is sliced in the loop).
@@ -44,6 +47,15 @@ if [[ $steps == epochs=* ]]; then  # whole epochs: the config's schedule in both
   schedule=$(/usr/bin/python3 -c "import sys, yaml; t = yaml.safe_load(open(sys.argv[1])).get('train', {}); print(t.get('lr_schedule', 'none'))" "$config")
   cpp_len=(--set "train.epochs=$epochs")
   py_len=(--epochs "$epochs" --lr-schedule "$schedule")
+  if [[ ${WORKER_DATA:-0} == 1 ]]; then
+    read -r batch lr momentum < <(/usr/bin/python3 -c "
+import sys, yaml
+c = yaml.safe_load(open(sys.argv[1]))
+t, k = c.get('train', {}), c.get('compress', {})
+m = 0 if k.get('momentum_correction', 0) else t.get('momentum', 0.9)
+print(t.get('batch_size', 64), t.get('lr', 0.01), m)" "$config")
+    py_len+=(--worker-data --batch-size "$batch" --lr "$lr" --momentum "$momentum")
+  fi
 else
   cpp_len=(--max-steps "$steps")
   py_len=(--max-steps "$steps")
@@ -69,3 +81,18 @@ print(f"{name:<8} {s['steps']:6d} {s['step_ms']:9.2f} {s['compute_ms']:10.2f} "
       f"{s['bytes_down_per_step']:12.0f} {acc:8.4f}")
 EOF
 done
+if [[ ${WORKER_DATA:-0} == 1 ]]; then  # the same batches: are the two runs one run?
+  /usr/bin/python3 - "$out" <<'EOF'
+import json, sys
+def rows(name):
+    steps = {}
+    for line in open(f"{sys.argv[1]}/{name}/metrics.jsonl"):
+        x = json.loads(line)
+        if x.get("rank") == 0 and "bytes_up" in x and "epoch_s" not in x:
+            steps[x["step"]] = (x["bytes_up"], x["bytes_down"])
+    return steps
+cpp, py = rows("cpp"), rows("python")
+same = sum(1 for s in cpp if py.get(s) == cpp[s])
+print(f"rank 0's steps with the same bytes up and down in both runs: {same} of {len(cpp)}")
+EOF
+fi
