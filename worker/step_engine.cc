@@ -178,7 +178,7 @@ void StepEngine::ChooseCodecs() {
              ": set `model` to this model (a TorchScript file: model: {name: torchscript, path: "
              "...})");
   for (size_t i = 0; i < params.size(); ++i) {
-    const int64_t dense = a.push.empty() ? 0 : calibration.cost[0][i].dense_bytes;
+    const int64_t dense = calibration.cost[0][i].dense_bytes;
     GP_ENFORCE(dense == params[i].numel() * 4, "compress.auto calibrates the job's model (config ",
                "`model`: ", opt_.config->model, "): its key ", i, " '", calibration.names[i],
                "' has ", dense / 4, " elements, this model's '", opt_.names[i], "' ",
