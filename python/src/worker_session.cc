@@ -1,6 +1,7 @@
 // WorkerSession: gradpress.torch's worker over the C++ worker's client (worker_session.h).
 #include "python/src/worker_session.h"
 
+#include <ATen/Parallel.h>
 #include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
 
@@ -58,6 +59,9 @@ WorkerSession::WorkerSession(SessionOptions options, std::vector<std::string> na
       files_(opt_.run_dir, id_.rank, rows_) {
   config_.cluster.workers = id_.workers;  // the job's world size, as the server expects it
   config_.cluster.servers = ResolveServers(config_);
+  // The BLAS's own threads follow torch's intra-op setting (torch.set_num_threads, or
+  // OMP_NUM_THREADS), so the BLAS adds none beside them.
+  worker::SetComputeThreads(at::get_num_threads());
   worker::LogBlas(("worker-" + std::to_string(id_.rank)).c_str());
   GP_ENFORCE(!params_.empty(), "no parameters to exchange");
   GP_ENFORCE(names_.size() == params_.size(), names_.size(), " names for ", params_.size(),

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 
@@ -40,3 +41,28 @@ def test_omp_num_threads_sets_torch_and_openblas_threads():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True, timeout=120).stdout.split()
     assert out == ["1", "1"], out
+
+
+def test_a_session_gives_the_blas_torchs_thread_count():
+    # OpenBLAS starts with one thread per core; a worker whose torch runs one intra-op thread
+    # must not multiply on more (the session sets the BLAS's count to torch's).
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: OpenBLAS's own default is already one thread")
+    code = ("import ctypes, torch\n"
+            "import gradpress.torch as gp\n"
+            "import gp_testlib\n"
+            "torch.set_num_threads(1)\n"
+            "lib = ctypes.CDLL('libopenblas.so.0')\n"
+            "before = lib.openblas_get_num_threads()\n"
+            "model = gp_testlib.make_model()\n"
+            "opt = gp.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),\n"
+            "                              model.named_parameters(), rank=0, world_size=2,\n"
+            "                              server='127.0.0.1:1')\n"
+            "print('threads', before, torch.get_num_threads(), lib.openblas_get_num_threads())\n")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(__file__)] + sys.path)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    out = [line.split()[1:] for line in out.splitlines() if line.startswith("threads ")][0]
+    assert out[0] != "1", f"OpenBLAS started with {out[0]} thread: the test cannot tell"
+    assert out[1:] == ["1", "1"], out
