@@ -61,17 +61,14 @@ StepMetrics InProcessPsClient::PushPull(const worker::StepCall& call,
   StepMetrics st;
   worker::UplinkTurn turn(call.uplink);  // held while encoding (there is no write to wait for)
   turn.Take();
-  std::vector<worker::KeyPush> encoded;
-  if (!call.encoded)
-    encoded = codecs_->Encode(call.step, grads, keys.begin, keys.end, &st, call.ready);
-  const std::vector<worker::KeyPush>& pushes = call.encoded ? *call.encoded : encoded;
+  const std::vector<worker::KeyPush> pushes =
+      codecs_->Encode(call.step, grads, keys.begin, keys.end, &st, call.ready);
   std::vector<KeyPayload> payloads;
   for (const worker::KeyPush& p : pushes) payloads.push_back(worker::ToPayload(p));
   turn.Give();
   const server::PushPullResult r =
       store_->PushPull(id_, call.step, call.base_step, std::move(payloads), Deadline(), call.wait,
                        call.lr, keys.bucket);
-  if (call.keep) *call.keep = worker::KeptCopy(pushes);
   st.duplicate = r.duplicate;
   if (!call.wait) {
     st.server_ms = r.apply_ms;

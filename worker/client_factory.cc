@@ -3,6 +3,7 @@
 
 #include "transport/fault_injection.h"
 #include "worker/grpc_ps_client.h"
+#include "worker/sharded_ps_client.h"
 
 namespace gradpress::worker {
 
@@ -25,7 +26,7 @@ ClientOptions ClientOptionsFor(const Config& c, int rank, uint64_t incarnation,
 }
 
 WorkerClient MakeWorkerClient(const Config& c, const ClientOptions& options,
-                              const std::vector<torch::Tensor>& params,
+                              const std::vector<torch::Tensor>* params,
                               const CarrierFactory& carrier) {
   CarrierFactory make = carrier;
   if (!make) {
@@ -36,10 +37,15 @@ WorkerClient MakeWorkerClient(const Config& c, const ClientOptions& options,
   WorkerClient out;
   std::vector<std::string> servers = c.cluster.servers;
   if (servers.empty()) servers = {options.server};
-  if (ShardedPsClient::Needed(params, servers.size(), c.cluster.partition_mb)) {
+  if (ShardedPsClient::Needed(*params, servers.size(), c.cluster.partition_mb)) {
     auto sharded =
         std::make_unique<ShardedPsClient>(options, servers, c.cluster.partition_mb, make);
-    out.sharded = sharded.get();
+    sharded->set_weights_source([params] {
+      std::vector<torch::Tensor> now;
+      for (const auto& p : *params) now.push_back(p.detach());
+      return now;
+    });
+    out.rejoin = sharded.get();
     out.codecs = sharded.get();
     out.client = std::move(sharded);
     return out;

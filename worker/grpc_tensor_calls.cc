@@ -16,10 +16,8 @@ StepMetrics GrpcPsClient::PushPull(const StepCall& call, const std::vector<torch
   UplinkTurn turn(call.uplink);  // our turn on the uplink, while encoding and writing
   turn.Take();
   StepMetrics st;
-  std::vector<KeyPush> encoded;
-  if (!call.encoded)
-    encoded = codecs_->Encode(call.step, grads, keys.begin, keys.end, &st, call.ready);
-  const std::vector<KeyPush>& pushes = call.encoded ? *call.encoded : encoded;
+  const std::vector<KeyPush> pushes =
+      codecs_->Encode(call.step, grads, keys.begin, keys.end, &st, call.ready);
   if (call.wait) codecs_->CheckTensors(*out, "PushPull output", keys.begin, keys.end);
   // The dashboard's rows: taken once, sent again with a retry.
   const std::vector<proto::WorkerRow> rows =
@@ -45,7 +43,6 @@ StepMetrics GrpcPsClient::PushPull(const StepCall& call, const std::vector<torch
         return proto::PushReply{};
       },
       &st.retries);
-  if (call.keep) *call.keep = KeptCopy(pushes);  // once the call succeeded
   if (!call.wait) {
     st.network_ms = rpc.ElapsedMs();
     st.server_step = reply.step();

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <utility>
 
 #include "common/byte_io.h"
 #include "common/error.h"
@@ -13,6 +14,18 @@
 #include "compressors/tensor_bytes.h"
 
 namespace gradpress::worker {
+
+namespace {
+
+// Pushes to keep past their call: raw tensors, which alias the gradients, copied.
+std::vector<KeyPush> KeptCopy(const std::vector<KeyPush>& pushes) {
+  std::vector<KeyPush> out = pushes;
+  for (KeyPush& p : out)
+    if (p.raw.defined()) p.raw = p.raw.clone();
+  return out;
+}
+
+}  // namespace
 
 using compressors::Compressor;
 using compressors::KeyPayload;
@@ -108,6 +121,13 @@ void KeyCodecs::CheckTensors(const std::vector<torch::Tensor>& ts, const char* w
 std::vector<KeyPush> KeyCodecs::Encode(int64_t step, const std::vector<torch::Tensor>& grads,
                                        size_t begin, size_t end, StepMetrics* m,
                                        const CudaMark* ready) {
+  if (resend_) {  // an earlier push sent again: nothing encoded, no codec state moves
+    std::vector<KeyPush> again = std::move(*resend_);
+    resend_.reset();
+    GP_ENFORCE(again.size() == end - begin, "a push of ", again.size(), " keys resent as ",
+               end - begin);
+    return again;
+  }
   CheckTensors(grads, "push", begin, end);
   Timer call;
   std::vector<KeyPush> pushes(end - begin);
@@ -167,8 +187,24 @@ std::vector<KeyPush> KeyCodecs::Encode(int64_t step, const std::vector<torch::Te
     m->bytes_up += p.payload.payload.bytes.size();
   }
   m->encode_ms += call.ElapsedMs() - mark_ms;
+  if (keep_next_) {
+    kept_ = KeptCopy(pushes);
+    keep_next_ = false;
+  }
   return pushes;
 }
+
+void KeyCodecs::KeepNextPushes() {
+  keep_next_ = true;
+  kept_.clear();
+}
+
+std::vector<KeyPush> KeyCodecs::TakeKeptPushes() {
+  keep_next_ = false;
+  return std::exchange(kept_, {});
+}
+
+void KeyCodecs::ResendNext(std::vector<KeyPush> pushes) { resend_ = std::move(pushes); }
 
 const Compressor& KeyCodecs::Decoder(const std::string& codec) {
   std::lock_guard<std::mutex> lock(decoders_mu_);
@@ -294,13 +330,6 @@ std::vector<KeyPayload> WeightPayloads(const std::vector<TensorSpec>& model,
 KeyPayload ToPayload(const KeyPush& p) {
   KeyPayload out = p.payload;
   if (p.raw.defined()) out.payload.bytes = TensorToBytes(p.raw);
-  return out;
-}
-
-std::vector<KeyPush> KeptCopy(const std::vector<KeyPush>& pushes) {
-  std::vector<KeyPush> out = pushes;
-  for (KeyPush& p : out)
-    if (p.raw.defined()) p.raw = p.raw.clone();
   return out;
 }
 

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -100,6 +101,15 @@ class KeyCodecs : public CodecState {
   void SetKeyPushCodecs(const std::vector<CodecSpec>& per_key) override;
   bool SetPushDensity(double ratio) override;
 
+  // A push sent again (a sharded server that restarted behind this worker rebuilds the step it
+  // lost from it: sharded_ps_client.h). KeepNextPushes: the next Encode keeps a copy of its
+  // pushes (raw tensors copied) for TakeKeptPushes. ResendNext: the next Encode returns
+  // `pushes` instead of encoding (no codec state moves, no bytes counted). For whole-model
+  // calls, one at a time.
+  void KeepNextPushes();
+  std::vector<KeyPush> TakeKeptPushes();
+  void ResendNext(std::vector<KeyPush> pushes);
+
  private:
   std::unique_ptr<compressors::Compressor> MakePushCodec(const CodecSpec& push,
                                                          const TensorSpec& s) const;
@@ -119,6 +129,9 @@ class KeyCodecs : public CodecState {
   DeviceCodecs device_;  // the push codecs and decoders of CUDA tensors, made on first use
   std::mutex decoders_mu_;
   std::map<std::string, std::unique_ptr<compressors::Compressor>> decoders_;
+  bool keep_next_ = false;
+  std::vector<KeyPush> kept_;                   // KeepNextPushes
+  std::optional<std::vector<KeyPush>> resend_;  // ResendNext
 };
 
 // Lossless ("none") payloads of `params` (float32), keyed by `model`: initial or published
@@ -127,7 +140,5 @@ std::vector<compressors::KeyPayload> WeightPayloads(const std::vector<TensorSpec
                                                     const std::vector<torch::Tensor>& params);
 // A push as a payload with its bytes (a raw tensor's copied).
 compressors::KeyPayload ToPayload(const KeyPush& p);
-// Pushes to keep past the call (StepCall::keep): raw tensors, which alias the gradients, copied.
-std::vector<KeyPush> KeptCopy(const std::vector<KeyPush>& pushes);
 
 }  // namespace gradpress::worker

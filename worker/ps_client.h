@@ -28,7 +28,6 @@
 namespace gradpress::worker {
 
 using compressors::TensorSpec;
-struct KeyPush;      // key_codecs.h
 class CudaMark;      // device_codecs.h
 class DecodeChecks;  // device_codecs.h
 
@@ -45,11 +44,6 @@ struct StepCall {
   // CUDA results: device decodes add their checks here, for the caller to run before it uses
   // `out` (device_codecs.h); null: each decode waits for its own.
   DecodeChecks* decoded = nullptr;
-  // Sharded servers' catch-up (sharded_ps_client.h): keep receives the call's pushes as
-  // encoded (their tensors copied); encoded, pushes of an earlier call sent instead of
-  // encoding grads.
-  std::vector<KeyPush>* keep = nullptr;
-  const std::vector<KeyPush>* encoded = nullptr;
 };
 
 class PsClient {
@@ -93,6 +87,23 @@ class PsClient {
     c.wait = false;
     return PushPull(c, grads, nullptr);
   }
+};
+
+// A client over several servers (the sharded composite, sharded_ps_client.h): after a call
+// failed with LostByServer, the servers that lost this worker while the others hold the job
+// are brought back to the step, and the step runs again; nothing rolls back.
+class ShardRejoin {
+ public:
+  virtual ~ShardRejoin() = default;
+  // The shards that lost this worker (restarted from older checkpoints) while the others
+  // still know it. Empty when none or every shard lost it (then the job rolls back to a
+  // checkpoint, as with one server).
+  virtual std::vector<int> ShardsBehind() = 0;
+  // Registers again with those shards, bringing them to `step` (the step that failed, which
+  // the other shards hold): each takes `params` (this worker's weights, nothing of `step`
+  // applied) unless another worker's came first.
+  virtual void RejoinShards(const std::vector<int>& shards, int64_t step,
+                            std::vector<torch::Tensor>* params) = 0;
 };
 
 }  // namespace gradpress::worker

@@ -255,10 +255,8 @@ void ShardedPsClient::CatchUp(int s, int64_t step, const std::vector<torch::Tens
             "--resume auto");
   std::vector<torch::Tensor> scratch;  // the result: this worker applied it already
   for (const TensorSpec& t : specs_[s]) scratch.push_back(torch::zeros(t.shape));
-  StepCall again;
-  again.step = step - 1;
-  again.encoded = &kept_[s];
-  c.PushPull(again, scratch, &scratch);
+  codecs_[s]->ResendNext(kept_[s]);
+  c.PushPull(step - 1, scratch, &scratch);
   spdlog::warn(
       "{}: shard {} ({}) had lost this worker and step {}: registered again and pushed "
       "its step {} once more",
@@ -285,18 +283,17 @@ StepMetrics ShardedPsClient::PushPull(const StepCall& call, const std::vector<to
         StepCall c = call;
         c.bucket = call.bucket < 0 ? -1 : local_bucket_[call.bucket][s];
         c.uplink = call.uplink ? &turn : nullptr;
-        std::vector<KeyPush> kept;
-        c.keep = keep ? &kept : nullptr;
         std::vector<torch::Tensor> views;
         if (call.wait) views = Views(s, *out);
         auto once = [&] {
+          if (keep) codecs_[s]->KeepNextPushes();
           return shards_[s]->PushPull(c, Views(s, grads), call.wait ? &views : nullptr);
         };
         // A bucket's call does not catch a shard up: the others' results of the step may be
         // in the weights already; the Trainer rejoins (RejoinShards) instead.
         st[s] = call.bucket < 0 ? WithCatchUp(s, call.step, once) : once();
-        if (keep) {
-          kept_[s] = std::move(kept);
+        if (keep) {  // the call succeeded
+          kept_[s] = codecs_[s]->TakeKeptPushes();
           kept_step_[s] = call.step;
         }
       },

@@ -33,7 +33,7 @@ class TaskThreads;
 
 namespace gradpress::worker {
 
-class ShardedPsClient : public PsClient, public CodecState {
+class ShardedPsClient : public PsClient, public CodecState, public ShardRejoin {
  public:
   // make_shard builds shard s's carrier from options (server, shard, shards and the
   // placement hash filled in) over `codecs`, the shard's own KeyCodecs.
@@ -67,15 +67,10 @@ class ShardedPsClient : public PsClient, public CodecState {
   void SetKeyPushCodecs(const std::vector<CodecSpec>& per_key) override;  // a part: its tensor's
   bool SetPushDensity(double ratio) override;
 
-  // After a call failed with LostByServer: the shards that lost this worker (restarted from
-  // older checkpoints) while the others still know it. Empty when none or every shard lost
-  // it (then the job rolls back to a checkpoint, as with one server).
-  std::vector<int> ShardsBehind();
-  // Registers again with those shards, bringing them to `step` (the step that failed, which
-  // the other shards hold): each takes `params` (this worker's weights, nothing of `step`
-  // applied) unless another worker's came first.
+  // After a call failed with LostByServer (ShardRejoin, ps_client.h).
+  std::vector<int> ShardsBehind() override;
   void RejoinShards(const std::vector<int>& shards, int64_t step,
-                    std::vector<torch::Tensor>* params);
+                    std::vector<torch::Tensor>* params) override;
   // Where a shard that lost this worker takes its weights from (the model's parameters, model
   // order), so a call that met the restarted shard catches it up and goes on. Unset: such a
   // call fails and the Trainer rejoins.

@@ -20,16 +20,6 @@ StepEngine::StepEngine(EngineOptions options, WorkerClient client)
   const Config& c = *opt_.config;
   GP_ENFORCE(opt_.params && opt_.names.size() == opt_.params->size(), opt_.names.size(),
              " key names for ", opt_.params ? opt_.params->size() : 0, " parameters");
-  // A restarted shard met inside an exchange takes these weights (nothing of that step is
-  // applied to its part: its call failed).
-  if (client_.sharded) {
-    std::vector<torch::Tensor>* params = opt_.params;
-    client_.sharded->set_weights_source([params] {
-      std::vector<torch::Tensor> out;
-      for (const auto& p : *params) out.push_back(p.detach());
-      return out;
-    });
-  }
   exchange_ = MakeExchange({opt_.config, opt_.rank, client_.client.get(), opt_.params,
                             opt_.optimizer, opt_.register_hooks});
   if (!opt_.register_hooks) feed_ = dynamic_cast<GradientFeed*>(exchange_.get());

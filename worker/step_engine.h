@@ -118,7 +118,7 @@ class StepEngine {
   const ExchangeTraits& traits() const { return exchange_->traits(); }
   PsClient& client() { return *client_.client; }
   CodecState& codecs() { return *client_.codecs; }
-  ShardedPsClient* sharded() { return client_.sharded; }
+  ShardRejoin* shard_rejoin() { return client_.rejoin; }  // null: one server
 
  private:
   void ChooseCodecs();  // compress.auto: calibrates, chooses per key and logs it

@@ -78,7 +78,7 @@ Trainer::Trainer(TrainerOptions options)
   eo.optimizer = optimizer_.get();
   eo.files = &files_;
   engine_ = std::make_unique<StepEngine>(std::move(eo),
-                                         MakeWorkerClient(c, co, params_, opt_.make_client));
+                                         MakeWorkerClient(c, co, &params_, opt_.make_client));
   if (engine_->traits().defers)
     model_->set_layer_gate([e = engine_.get()](const torch::nn::Module& l) { e->GateLayer(l); });
   rng_.seed(data::MixSeed(static_cast<uint64_t>(c.train.seed), opt_.rank));

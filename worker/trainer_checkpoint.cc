@@ -204,7 +204,7 @@ int64_t Trainer::Rejoin(const Error& why) {
   spdlog::warn("worker-{} step {}: the server lost this worker ({}); registering again", opt_.rank,
                step(), why.what());
   const std::vector<int> behind =
-      engine_->sharded() ? engine_->sharded()->ShardsBehind() : std::vector<int>{};
+      engine_->shard_rejoin() ? engine_->shard_rejoin()->ShardsBehind() : std::vector<int>{};
   if (!behind.empty()) {
     // Some shards restarted from older checkpoints; the others hold the job at this step.
     // Those are brought to it with this worker's weights, and the step runs again: nothing
@@ -214,7 +214,7 @@ int64_t Trainer::Rejoin(const Error& why) {
               " was half applied (sync.cross_barrier); stop the job and start every process "
               "again with --resume auto");
     std::vector<torch::Tensor> weights = Parameters();
-    engine_->sharded()->RejoinShards(behind, step(), &weights);
+    engine_->shard_rejoin()->RejoinShards(behind, step(), &weights);
     std::string which;
     for (int s : behind) which += (which.empty() ? "" : ",") + std::to_string(s);
     spdlog::warn("worker-{}: shard(s) {} rejoined at step {} (0 steps rolled back)", opt_.rank,

@@ -89,7 +89,7 @@ WorkerSession::WorkerSession(SessionOptions options, std::vector<std::string> na
   eo.register_hooks = false;  // Python's hooks feed the buckets with the step's lr
   // No optimizer: the Python one steps where the C++ one would (worker/exchange.h).
   engine_ = std::make_unique<worker::StepEngine>(std::move(eo),
-                                                 worker::MakeWorkerClient(config_, co, params_));
+                                                 worker::MakeWorkerClient(config_, co, &params_));
   got_.assign(params_.size(), 0);
   if (!opt_.run_dir.empty()) {
     std::filesystem::create_directories(opt_.run_dir);

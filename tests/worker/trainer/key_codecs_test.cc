@@ -139,5 +139,40 @@ TEST_CASE("a deferred device decode writes a good payload and leaves a malformed
   CHECK(kept.eq(7.0f).all().item<bool>());
 }
 
+TEST_CASE("KeyCodecs: a kept push is sent again as it was, and no codec state moves",
+          "[key_codecs]") {
+  ClientOptions o;
+  o.push = ParseCodecShorthand("topk ratio=0.01 error_feedback=true");
+  o.min_numel = 64;
+  KeyCodecs codecs(o), twin(o);  // twin: the same steps without the resend
+  codecs.SetModel(kModel, {});
+  twin.SetModel(kModel, {});
+  const torch::Device cpu(torch::kCPU);
+  StepMetrics m;
+  codecs.KeepNextPushes();
+  const std::vector<KeyPush> sent = codecs.Encode(0, Gradients(0, cpu), 0, kModel.size(), &m);
+  twin.Encode(0, Gradients(0, cpu), 0, kModel.size(), &m);
+  std::vector<KeyPush> kept = codecs.TakeKeptPushes();
+  REQUIRE(kept.size() == sent.size());
+  for (size_t i = 0; i < sent.size(); ++i) CHECK(Bytes(kept[i]) == Bytes(sent[i]));
+  // The lossless key's push aliases the gradient: the kept one is a copy of it.
+  REQUIRE(sent[0].raw.defined());
+  CHECK(kept[0].raw.data_ptr() != sent[0].raw.data_ptr());
+  CHECK(codecs.TakeKeptPushes().empty());  // taken once; the next call keeps nothing unasked
+
+  // Sent again: the kept pushes come back whatever the gradients, and the error feedback's
+  // residual is untouched: the next step's payloads equal the twin's.
+  codecs.ResendNext(kept);
+  const std::vector<KeyPush> again = codecs.Encode(1, Gradients(7, cpu), 0, kModel.size(), &m);
+  REQUIRE(again.size() == kept.size());
+  for (size_t i = 0; i < kept.size(); ++i) CHECK(Bytes(again[i]) == Bytes(kept[i]));
+  const std::vector<KeyPush> next = codecs.Encode(1, Gradients(1, cpu), 0, kModel.size(), &m);
+  const std::vector<KeyPush> expected = twin.Encode(1, Gradients(1, cpu), 0, kModel.size(), &m);
+  for (size_t i = 0; i < next.size(); ++i) CHECK(Bytes(next[i]) == Bytes(expected[i]));
+  // A resend of the wrong number of keys is refused.
+  codecs.ResendNext(std::vector<KeyPush>(kept.begin(), kept.begin() + 1));
+  CHECK_THROWS(codecs.Encode(2, Gradients(2, cpu), 0, kModel.size(), &m));
+}
+
 }  // namespace
 }  // namespace gradpress::worker
