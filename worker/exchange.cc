@@ -36,6 +36,7 @@ bool Exchange::Init() {
 
 void Exchange::Prepare(int64_t step, double lr) {
   step_ = step;
+  prepared_ = true;
   if (ctx_.optimizer) {
     for (auto& group : ctx_.optimizer->param_groups())
       static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);

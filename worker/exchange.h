@@ -73,7 +73,8 @@ class Exchange {
   std::vector<int64_t> KeyShape(const torch::Tensor& p) const;
   // Before backward of `step`: its lr, the local optimizer's and (server_follows_lr) the
   // server's SGD or shadow weights'. The pipelined step begins its buckets at the first
-  // gradient. Between steps (nothing pending).
+  // gradient after it: a backward between a step's Finish and the next Prepare (an
+  // evaluation's probe) is not the exchange's. Between steps (nothing pending).
   void Prepare(int64_t step, double lr);
   // After Register: offers the initial weights (the first worker's win; gaussian: zero
   // statistics) and adopts the server's. Returns true if ours were kept.
@@ -110,6 +111,7 @@ class Exchange {
   ExchangeContext ctx_;
   ExchangeTraits traits_;
   int64_t step_ = 0;                 // Prepare's
+  bool prepared_ = false;            // Prepare ran; the step's Finish (or a Reset) has not
   std::optional<double> server_lr_;  // Prepare's, when the server follows it
   // Method 6's counters (syncs done, local steps since, its anchor), when it keeps its own;
   // else State is the local step's.

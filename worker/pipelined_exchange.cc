@@ -44,6 +44,7 @@ class PipelinedExchange : public Exchange, public GradientFeed {
   int64_t Reset(int64_t server_step) override {
     Drop();  // a step the server has forgotten (rejoin) is not applied
     begun_ = false;
+    prepared_ = false;
     return server_step;
   }
   void Gradient(size_t key, const torch::Tensor& grad) override {
@@ -57,6 +58,7 @@ class PipelinedExchange : public Exchange, public GradientFeed {
     m->overlap = true;
     Begin();  // no gradient came from a hook (clipping, or none at all)
     begun_ = false;
+    prepared_ = false;
     if (!hooks_) {  // after clipping: every bucket at once, in backward's order
       for (size_t i = params.size(); i-- > 0;) buckets_.Gradient(i, params[i].grad());
     }
@@ -87,8 +89,10 @@ class PipelinedExchange : public Exchange, public GradientFeed {
     PipelinedExchange* ex_;
   };
 
-  // Key's gradient from backward: the step's buckets begin at the first one.
+  // Key's gradient from backward: the step's buckets begin at the first one. A backward
+  // outside a step (between Finish and the next Prepare) is not ours.
   void Feed(size_t key, const torch::Tensor& grad) {
+    if (!prepared_) return;
     Begin();
     buckets_.Gradient(key, grad);
   }
