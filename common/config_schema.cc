@@ -267,6 +267,7 @@ std::vector<ConfigField> ConfigFields(Config& c) {
       Double("server.deadline_s", &c.server.deadline_s, 0, kInf, /*lo_open=*/true),
       Bool("server.shadow_weights", &c.server.shadow_weights),
       Int("server.max_model_mb", &c.server.max_model_mb, 1),
+      Int("server.max_broadcast_mb", &c.server.max_broadcast_mb, 1, 4096),
       String("output.dir", &c.output.dir, CheckNonEmpty),
       Bool("security.tls", &c.security.tls),
       String("security.cert", &c.security.cert),

@@ -99,6 +99,7 @@ struct ServerConfig {
   double deadline_s = 120;                 // RPC deadline
   int max_model_mb = 4096;                 // largest model (float32 MB) a first Register may
                                            // declare: the server allocates ~5x this
+  int max_broadcast_mb = 64;   // largest value one worker broadcasts to the others (Broadcast)
   bool shadow_weights = true;  // gradient methods: the server keeps the workers' weights too
                                // (the same SGD on the same mean), so a lone restarted
                                // worker can pull them; costs one SGD pass per step

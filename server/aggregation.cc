@@ -96,6 +96,7 @@ Aggregation::Closing Aggregation::Close(Lane& lane) {
   c.contributors = lane.contributors;
   c.apply_ms = lane.apply_ms;
   c.lr = lane.lr;
+  c.key_lr = std::move(lane.key_lr);
   // The previous result's buffers, unless a pull still holds it: no fresh pages per step.
   if (lane.results.size() == 1 && lane.results.front().use_count() == 1) {
     for (auto& kp : std::const_pointer_cast<StepResult>(lane.results.front())->payloads)
@@ -128,7 +129,9 @@ std::shared_ptr<StepResult> Aggregation::Compute(const Lane& lane, Closing* c, M
   if (opt.exchange_weights) {
     pool->ParallelFor(static_cast<int64_t>(lane.keys()), [&](int64_t j) {
       KeyState& k = m.key(lane.begin + j);
-      SgdStep(sgd, k.weights.data(), k.accum.data(), k.numel, &k.sgd);
+      SgdOptions key = sgd;  // the key's param group's lr, when the push named one
+      if (!c->key_lr.empty()) key.lr = c->key_lr[j];
+      SgdStep(key, k.weights.data(), k.accum.data(), k.numel, &k.sgd);
     });
   }
   std::shared_ptr<StepResult> result =
@@ -137,11 +140,13 @@ std::shared_ptr<StepResult> Aggregation::Compute(const Lane& lane, Closing* c, M
   if (opt.shadow_weights && !opt.exchange_weights) {
     // The workers' own update on the mean just sent (the accumulator is still this step's:
     // the next step's pushes wait for the lane's finalize to end).
-    SgdOptions shadow = opt.shadow_sgd;
-    if (c->lr) shadow.lr = *c->lr;
+    SgdOptions shadow_all = opt.shadow_sgd;
+    if (c->lr) shadow_all.lr = *c->lr;
     pool->ParallelFor(static_cast<int64_t>(lane.keys()), [&](int64_t j) {
       const size_t i = lane.begin + j;
       KeyState& k = m.key(i);
+      SgdOptions shadow = shadow_all;
+      if (!c->key_lr.empty()) shadow.lr = c->key_lr[j];
       if (m.PullIsNone(i)) {
         for (float& a : k.accum) a *= inv;  // not yet scaled in place (see above)
         SgdStep(shadow, k.weights.data(), k.accum.data(), k.numel, &k.sgd);
@@ -176,6 +181,7 @@ void Aggregation::Publish(Lane& lane, const Closing& c, const std::shared_ptr<St
   lane.contributors = 0;
   lane.apply_ms = 0;
   lane.lr.reset();
+  lane.key_lr.clear();
   lane.finalizing = false;
 }
 

@@ -48,8 +48,9 @@ struct Lane {
   std::set<std::string> in_flight;           // validating / accumulating right now
   std::map<std::string, int64_t> last_step;  // per worker: the last step it contributed
   int contributors = 0;
-  double apply_ms = 0;                                    // the open step's pushes: validate + land
-  std::optional<double> lr;                               // lr the open step's pushes asked for
+  double apply_ms = 0;         // the open step's pushes: validate + land
+  std::optional<double> lr;    // lr the open step's pushes asked for
+  std::vector<double> key_lr;  // per key of the lane, replacing lr (the last push's; empty: none)
   std::deque<std::shared_ptr<const StepResult>> results;  // newest last
   bool finalizing = false;   // Close..Publish: the lane's keys are Compute's (no lock held)
   bool accum_owned = false;  // a push is streaming straight into the accumulator rows
@@ -100,6 +101,7 @@ class Aggregation {
     int contributors = 0;
     double apply_ms = 0;             // the pushes' validate + land, summed
     std::optional<double> lr;        // the learning rate the pushes asked for
+    std::vector<double> key_lr;      // per key of the lane, replacing lr (empty: lr for all)
     std::vector<std::string> spare;  // the previous result's buffers, for Encode
     // The previous result while a pull still holds it: let go by Compute, without the lock.
     std::shared_ptr<const StepResult> previous;

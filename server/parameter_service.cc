@@ -155,7 +155,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ParameterService::PullWeights(
       proto::PullRequest req;
       ReadRequest(stream, &req);
       auto r = store_->Weights(Id(req.worker_id(), req.incarnation()),
-                               std::max<int64_t>(0, req.step()), Deadline(*c));
+                               std::max<int64_t>(0, req.step()), Deadline(*c), req.wait_init());
       WriteRawResult(stream, r, 0, 0, store_);
     });
   });
@@ -190,7 +190,8 @@ PushPullResult ReadPushStream(ParameterStore* store, PushFrameReader* frames,
              "push stream must start with a PushHeader");
   auto session = store->BeginPush(
       Id(h.worker_id(), h.incarnation()), h.step(), h.base_step(), deadline,
-      h.has_lr() ? std::optional<double>(h.lr()) : std::nullopt, h.has_bucket() ? h.bucket() : -1);
+      h.has_lr() ? std::optional<double>(h.lr()) : std::nullopt, h.has_bucket() ? h.bucket() : -1,
+      std::vector<double>(h.key_lr().begin(), h.key_lr().end()));
   if (dashboard && h.rows_size() > 0) dashboard->Add(h.rows());
   ParameterStore::Piece piece;
   transport::ForEachChunk(
@@ -290,6 +291,26 @@ grpc::Status ParameterService::Stats(grpc::ServerContext* ctx, const proto::Stat
     for (const auto& [reason, n] : s.rejected) (*reply->mutable_rejected())[reason] = n;
     reply->set_mean_step_server_ms(s.mean_server_ms);
     reply->set_prometheus(s.Prometheus());
+  });
+}
+
+grpc::Status ParameterService::Broadcast(grpc::ServerContext* ctx,
+                                         const proto::BroadcastRequest* req,
+                                         proto::BroadcastReply* reply) {
+  return Serve(*ctx, [&] {
+    const WorkerId w = Id(req->worker_id(), req->incarnation());
+    if (req->root()) {
+      store_->BroadcastPut(w, req->name(), req->round(), req->total_bytes(), req->offset(),
+                           req->data());
+      reply->set_total_bytes(req->total_bytes());
+      return;
+    }
+    const auto value = store_->BroadcastGet(w, req->name(), req->round(), Deadline(*ctx));
+    GP_REFUSE(InvalidArgument, Reason::kBadRequest, req->offset() <= value->size(), "worker '",
+              w.name, "': broadcast '", req->name(), "' has ", value->size(),
+              " bytes; asked from offset ", req->offset());
+    reply->set_total_bytes(value->size());
+    reply->set_data(value->substr(req->offset(), transport::kChunkBytes));
   });
 }
 

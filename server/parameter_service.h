@@ -65,7 +65,7 @@ struct ServiceGate {
 
 // The generated service with its six tensor methods bound as raw callback methods: their
 // messages are grpc::ByteBuffers (transport/wire.h), read and written by blocking handlers
-// (transport/raw_server.h). The four small unary methods stay the generated sync ones.
+// (transport/raw_server.h). The five small unary methods stay the generated sync ones.
 using RawParameterServer = proto::ParameterServer::WithRawCallbackMethod_InitWeights<
     proto::ParameterServer::WithRawCallbackMethod_PullWeights<
         proto::ParameterServer::WithRawCallbackMethod_PushPull<
@@ -98,6 +98,8 @@ class ParameterService final : public RawParameterServer {
                      proto::StatsReply* reply) override;
   grpc::Status Elect(grpc::ServerContext* ctx, const proto::ElectRequest* req,
                      proto::ElectReply* reply) override;
+  grpc::Status Broadcast(grpc::ServerContext* ctx, const proto::BroadcastRequest* req,
+                         proto::BroadcastReply* reply) override;
 
   // The tensor methods. Pushes stream into the store piece by piece (ParameterStore::BeginPush)
   // as views of the received slices; results are written as views of the step's result,

@@ -60,9 +60,12 @@ class ParameterStore : private StoreState {
   // call, same worker and incarnation, is answered true again and changes nothing).
   bool InitWeights(const WorkerId& w, const std::vector<KeyPayload>& weights);
   // The server's current weights, lossless ("none" codec), once their version (0 at init,
-  // round + 1 after PublishWeights of that round) is at least min_version.
+  // round + 1 after PublishWeights of that round) is at least min_version. Before the initial
+  // weights: FailedPrecondition (not_initialized), or with wait_init a wait for them until
+  // `deadline` (then Unavailable, timed_out; Stats().weights_waiting counts the waiters).
   std::shared_ptr<const StepResult> Weights(const WorkerId& w, int64_t min_version = 0,
-                                            Clock::time_point deadline = Clock::now());
+                                            Clock::time_point deadline = Clock::now(),
+                                            bool wait_init = false);
   // Method 6: waits until every live worker voted in `round`; returns the best rank
   // (highest score, ties to the lowest rank) and its score.
   std::pair<int, double> Elect(const WorkerId& w, int64_t round, double score,
@@ -71,16 +74,27 @@ class ParameterStore : private StoreState {
   // a repeat for a round already published is acknowledged and not applied again.
   void PublishWeights(const WorkerId& w, int64_t round, const std::vector<KeyPayload>& weights);
 
+  // Broadcast (server/broadcasts.h): the root worker's piece [offset, offset + piece.size())
+  // of name's value of `round` (total_bytes in all, at most max_broadcast_bytes); and, for the
+  // others, name's whole value of `round`, waiting for it until `deadline` (then Unavailable,
+  // timed_out). The errors of Broadcasts::Put and Find; never more than the newest round kept.
+  void BroadcastPut(const WorkerId& w, const std::string& name, int64_t round, uint64_t total_bytes,
+                    uint64_t offset, std::string_view piece);
+  std::shared_ptr<const std::string> BroadcastGet(const WorkerId& w, const std::string& name,
+                                                  int64_t round, Clock::time_point deadline);
+
   // Sync: applies the push to `step` and waits (until `deadline`) for the step's result.
   // Async: applies it (base_step = the step of the weights it was computed on) and returns
   // the current weights. wait=false (the Push RPC): returns once applied, with a null result
   // in sync mode. lr (exchange=weights): the learning rate of the server's SGD step this push
   // completes (sync uses the last push's); unset = options' sgd.lr. bucket: which bucket the
   // push carries (-1: the whole model, only without a split); its result holds its keys.
+  // key_lr: per key of the push's bucket (model order), the lr replacing `lr` for that key
+  // (param groups); empty: `lr` for all.
   PushPullResult PushPull(const WorkerId& w, int64_t step, int64_t base_step,
                           std::vector<KeyPayload> pushes, Clock::time_point deadline,
                           bool wait = true, std::optional<double> lr = std::nullopt,
-                          int bucket = -1);
+                          int bucket = -1, std::vector<double> key_lr = {});
   // The same push streamed in pieces (the service's path, parameter_store_push.cc):
   //   auto s = store.BeginPush(w, step, base_step, deadline);   // worker, step, duplicate
   //   s->Add(piece, bytes) ...;  PushPullResult r = s->Commit(wait);
@@ -105,7 +119,8 @@ class ParameterStore : private StoreState {
   };
   std::unique_ptr<PushSession> BeginPush(const WorkerId& w, int64_t step, int64_t base_step,
                                          Clock::time_point deadline,
-                                         std::optional<double> lr = std::nullopt, int bucket = -1);
+                                         std::optional<double> lr = std::nullopt, int bucket = -1,
+                                         std::vector<double> key_lr = {});
   // Sync: the result of `step`, waiting for it until `deadline` (step -1: the newest now);
   // bucket -1: every bucket's keys. Async: the current weights.
   std::shared_ptr<const StepResult> Pull(const WorkerId& w, int64_t step,

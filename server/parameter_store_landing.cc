@@ -150,6 +150,7 @@ PushPullResult StoreState::CommitSync(PushState& st, bool wait) {
   stats_.bytes_in += st.bytes;
   lane.apply_ms += st.apply_ms;
   if (st.lr) lane.lr = st.lr;
+  if (!st.key_lr.empty()) lane.key_lr = std::move(st.key_lr);
   lane.last_step[st.w.name] = st.step;
   const int64_t step = st.step;
   MaybeFinalize(lane, &lock);

@@ -28,9 +28,13 @@ ParameterStore::PushSession::~PushSession() {
 
 std::unique_ptr<ParameterStore::PushSession> ParameterStore::BeginPush(
     const WorkerId& w, int64_t step, int64_t base_step, Clock::time_point deadline,
-    std::optional<double> lr, int bucket) {
+    std::optional<double> lr, int bucket, std::vector<double> key_lr) {
   GP_ENFORCE(!lr || (std::isfinite(*lr) && *lr >= 0), "worker '", w.name, "': learning rate ",
              lr.value_or(0), " is not a finite number >= 0");
+  for (size_t i = 0; i < key_lr.size(); ++i)
+    GP_REFUSE(InvalidArgument, Reason::kBadRequest, std::isfinite(key_lr[i]) && key_lr[i] >= 0,
+              "worker '", w.name, "': the learning rate of the push's key ", i, ", ", key_lr[i],
+              ", is not a finite number >= 0");
   auto state = std::make_unique<PushState>();
   state->store = this;
   state->w = w;
@@ -38,6 +42,7 @@ std::unique_ptr<ParameterStore::PushSession> ParameterStore::BeginPush(
   state->base_step = base_step;
   state->deadline = deadline;
   state->lr = lr;
+  state->key_lr = std::move(key_lr);
   PushState& st = *state;
   std::unique_ptr<PushSession> session(new PushSession(std::move(state)));  // before the lock:
   std::unique_lock<std::mutex> lock(mu_);  // its destructor takes mu_
@@ -62,6 +67,10 @@ std::unique_ptr<ParameterStore::PushSession> ParameterStore::BeginPush(
     Member& ws = *member;
     Lane& lane = *open;
     st.lane = &lane;
+    GP_REFUSE(InvalidArgument, Reason::kBadRequest,
+              st.key_lr.empty() || st.key_lr.size() == lane.keys(), "worker '", w.name,
+              "': the push names ", st.key_lr.size(), " per-key learning rates for bucket ",
+              lane.index, "'s ", lane.keys(), " keys");
     if (opt_.async) {
       if (step <= ws.async_step) {
         ++stats_.duplicates;
@@ -203,8 +212,9 @@ PushPullResult ParameterStore::PushSession::Commit(bool wait) {
 
 PushPullResult ParameterStore::PushPull(const WorkerId& w, int64_t step, int64_t base_step,
                                         std::vector<KeyPayload> pushes, Clock::time_point deadline,
-                                        bool wait, std::optional<double> lr, int bucket) {
-  auto session = BeginPush(w, step, base_step, deadline, lr, bucket);
+                                        bool wait, std::optional<double> lr, int bucket,
+                                        std::vector<double> key_lr) {
+  auto session = BeginPush(w, step, base_step, deadline, lr, bucket, std::move(key_lr));
   for (const auto& kp : pushes) {
     Piece piece{kp.key,
                 kp.payload.codec,

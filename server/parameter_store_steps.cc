@@ -55,7 +55,9 @@ PushPullResult StoreState::AsyncPush(PushState& st) {
   Unlocked(&lock, [&] {
     pool_.ParallelFor(static_cast<int64_t>(model_.size()), [&](int64_t i) {
       KeyState& k = model_.key(i);
-      SgdStep(sgd, k.weights.data(), st.dst[i], k.numel, &k.sgd);
+      SgdOptions key = sgd;  // the key's param group's lr, when the push named one
+      if (!st.key_lr.empty()) key.lr = st.key_lr[i];
+      SgdStep(key, k.weights.data(), st.dst[i], k.numel, &k.sgd);
     });
     if (ckpt) model_.Save(&*ckpt);
     weights = model_.Encode(next, /*weights=*/true, false, 0, model_.size(), 1.f, nullptr);
@@ -221,6 +223,7 @@ StoreStats ParameterStore::Stats() const {
   s.live_workers = members_.Live();
   s.mean_server_ms = s.steps ? total_server_ms_ / static_cast<double>(s.steps) : 0.0;
   for (const auto& lane : agg_.lanes()) s.staging_buffers += lane->staging_count;
+  s.weights_waiting = weights_waiting_;
   return s;
 }
 
@@ -234,7 +237,8 @@ std::string StoreStats::Prometheus() const {
      << "\n# TYPE gradpress_duplicate_pushes_total counter\ngradpress_duplicate_pushes_total "
      << duplicates << "\n# TYPE gradpress_faults_injected_total counter\n"
      << "gradpress_faults_injected_total " << faults_injected << "\n"
-     << "# TYPE gradpress_rejected_total counter\n";
+     << "# TYPE gradpress_weights_waiting gauge\ngradpress_weights_waiting " << weights_waiting
+     << "\n# TYPE gradpress_rejected_total counter\n";
   for (const auto& [reason, n] : rejected)
     os << "gradpress_rejected_total{reason=\"" << reason << "\"} " << n << "\n";
   return os.str();

@@ -12,9 +12,18 @@
 namespace gradpress::server {
 
 std::shared_ptr<const StepResult> ParameterStore::Weights(const WorkerId& w, int64_t min_version,
-                                                          Clock::time_point deadline) {
+                                                          Clock::time_point deadline,
+                                                          bool wait_init) {
   std::unique_lock<std::mutex> lock(mu_);
   CheckWorker(w);
+  if (wait_init && !model_.initialized) {  // a worker that offers none waits for the root's
+    ++weights_waiting_;
+    step_cv_.wait_until(lock, deadline, [&] { return shutdown_ || model_.initialized; });
+    --weights_waiting_;
+    GP_REFUSE(Unavailable, Reason::kShuttingDown, !shutdown_, "server is shutting down");
+    GP_REFUSE(Unavailable, Reason::kTimedOut, model_.initialized, "worker '", w.name,
+              "': no worker has offered the initial weights yet (the root rank's); retry");
+  }
   GP_REFUSE(FailedPrecondition, Reason::kNotInitialized, model_.initialized,
             "the server has no weights yet");
   step_cv_.wait_until(lock, deadline,

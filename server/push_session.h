@@ -19,11 +19,12 @@ struct PushState {
   WorkerId w;
   int64_t step = 0, base_step = 0;
   Clock::time_point deadline;
-  std::optional<double> lr;  // exchange=weights: the SGD step's learning rate
-  bool in_call = false;      // Membership::Enter'ed (a worker inside a call is alive)
-  bool in_flight = false;    // in lane->in_flight
-  bool duplicate = false;    // acknowledged, its pieces ignored
-  bool has_early = false;    // async duplicate: `early` is the answer
+  std::optional<double> lr;    // exchange=weights: the SGD step's learning rate
+  std::vector<double> key_lr;  // per key of the lane, replacing lr (empty: lr for all)
+  bool in_call = false;        // Membership::Enter'ed (a worker inside a call is alive)
+  bool in_flight = false;      // in lane->in_flight
+  bool duplicate = false;      // acknowledged, its pieces ignored
+  bool has_early = false;      // async duplicate: `early` is the answer
   PushPullResult early;
   bool committed = false;
   bool owner = false;               // writes straight into the accumulator

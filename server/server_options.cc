@@ -16,6 +16,7 @@ StoreOptions StoreOptionsFromConfig(const Config& c) {
   o.skip_1d = c.compress.skip_1d;
   o.worker_timeout_s = c.server.worker_timeout_s;
   o.max_model_bytes = static_cast<int64_t>(c.server.max_model_mb) << 20;
+  o.max_broadcast_bytes = static_cast<uint64_t>(c.server.max_broadcast_mb) << 20;
   o.max_staleness = c.sync.max_staleness;
   o.threads = c.server.threads;
   o.stats_every = c.server.stats_every;

@@ -29,6 +29,7 @@
 #include "common/checkpoint.h"
 #include "common/thread_pool.h"
 #include "server/aggregation.h"
+#include "server/broadcasts.h"
 #include "server/elections.h"
 #include "server/key_holds.h"
 #include "server/membership.h"
@@ -107,6 +108,8 @@ struct StoreState {
   ModelState model_;
   Aggregation agg_;
   Elections elections_;
+  Broadcasts broadcasts_{opt_.max_broadcast_bytes};
+  int weights_waiting_ = 0;      // Weights() calls waiting for the initial weights
   int64_t step_ = 0;             // steps every lane completed (sync: the open step)
   uint64_t placement_hash_ = 0;  // the first registration's (sharded servers)
   bool placement_set_ = false;

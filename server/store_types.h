@@ -32,7 +32,8 @@ struct StoreOptions {
   std::string checkpoint_dir;     // "" = no checkpoints
   int64_t checkpoint_every = 0;   // server steps between checkpoints; 0 = on Stop only
   int checkpoint_keep = 3;        // newest checkpoint files kept
-  int64_t max_model_bytes = int64_t{4096} << 20;  // a larger first Register is refused
+  int64_t max_model_bytes = int64_t{4096} << 20;      // a larger first Register is refused
+  uint64_t max_broadcast_bytes = uint64_t{64} << 20;  // a larger Broadcast value is refused
   // Sync gradient methods: also step these weights with shadow_sgd on each step's mean (the
   // workers' own update: their optimizer, or lr 1 for method 6's averaged deltas), so that
   // Weights() serves what the workers hold -- a lone restarted worker pulls it.
@@ -82,6 +83,7 @@ struct StoreStats {
   uint64_t faults_injected = 0;  // calls answered UNAVAILABLE by the server's fault injector
   double mean_server_ms = 0;     // apply + finalize per step, mean
   int staging_buffers = 0;       // dense staging buffers allocated, all lanes (sparse need none)
+  int weights_waiting = 0;       // workers waiting for the initial weights (PullWeights wait_init)
   std::string Prometheus() const;
 };
 

@@ -68,7 +68,7 @@ StepMetrics InProcessPsClient::PushPull(const worker::StepCall& call,
   turn.Give();
   const server::PushPullResult r =
       store_->PushPull(id_, call.step, call.base_step, std::move(payloads), Deadline(), call.wait,
-                       call.lr, keys.bucket);
+                       call.lr, keys.bucket, worker::CallKeyLr(call, keys.begin, keys.end));
   st.duplicate = r.duplicate;
   if (!call.wait) {
     st.server_ms = r.apply_ms;
@@ -114,5 +114,21 @@ void InProcessPsClient::PullWeights(std::vector<torch::Tensor>* params, int64_t 
 }
 
 std::string InProcessPsClient::StatsText() { return store_->Stats().Prometheus(); }
+
+void InProcessPsClient::AwaitInitWeights(std::vector<torch::Tensor>* params) {
+  codecs_->CheckTensors(*params, "PullWeights");
+  const auto r = store_->Weights(id_, 0, Deadline(), /*wait_init=*/true);
+  uint64_t bytes = 0;
+  codecs_->DecodeAll(r->payloads, params, &bytes, 0, codecs_->model().size());
+}
+
+void InProcessPsClient::Broadcast(const std::string& name, int64_t round, bool root,
+                                  std::string* data) {
+  if (root) {
+    store_->BroadcastPut(id_, name, round, data->size(), 0, *data);
+    return;
+  }
+  *data = *store_->BroadcastGet(id_, name, round, Deadline());
+}
 
 }  // namespace gradpress::sim

@@ -35,6 +35,7 @@ class InProcessPsClient : public worker::PsClient {
                                 const std::vector<int>& bucket_keys = {},
                                 int64_t catch_up_step = 0) override;
   bool InitOrPull(std::vector<torch::Tensor>* params) override;
+  void AwaitInitWeights(std::vector<torch::Tensor>* params) override;
   using PsClient::PushPull;
   worker::StepMetrics PushPull(const worker::StepCall& call,
                                const std::vector<torch::Tensor>& grads,
@@ -45,6 +46,7 @@ class InProcessPsClient : public worker::PsClient {
   void PublishWeights(int64_t round, const std::vector<torch::Tensor>& params) override;
   void PullWeights(std::vector<torch::Tensor>* params, int64_t min_version = 0) override;
   std::string StatsText() override;
+  void Broadcast(const std::string& name, int64_t round, bool root, std::string* data) override;
 
  private:
   server::Clock::time_point Deadline() const;

@@ -22,16 +22,18 @@ Exchange::Exchange(ExchangeContext ctx, ExchangeTraits traits)
     traits_.server_weights = ExchangeTraits::ServerWeights::kShadow;
 }
 
-bool Exchange::Init() {
+bool Exchange::Init(bool offer) {
+  std::vector<torch::Tensor> weights;
   if (traits_.stats_keys) {
     // Gaussian: the server holds (mean, std) per key; every worker starts from the same
     // seeded init.
-    std::vector<torch::Tensor> init;
-    for (size_t i = 0; i < ctx_.params->size(); ++i) init.push_back(torch::zeros({2}));
-    return ctx_.client->InitOrPull(&init);
+    for (size_t i = 0; i < ctx_.params->size(); ++i) weights.push_back(torch::zeros({2}));
+  } else {
+    weights = Aliases();  // the server's weights are written into them
   }
-  std::vector<torch::Tensor> weights = Aliases();  // InitOrPull writes into them
-  return ctx_.client->InitOrPull(&weights);
+  if (offer) return ctx_.client->InitOrPull(&weights);
+  ctx_.client->AwaitInitWeights(&weights);
+  return false;
 }
 
 void Exchange::Prepare(int64_t step, double lr) {

@@ -77,8 +77,9 @@ class Exchange {
   // evaluation's probe) is not the exchange's. Between steps (nothing pending).
   void Prepare(int64_t step, double lr);
   // After Register: offers the initial weights (the first worker's win; gaussian: zero
-  // statistics) and adopts the server's. Returns true if ours were kept.
-  bool Init();
+  // statistics) and adopts the server's. Returns true if ours were kept. offer false: offers
+  // none and waits for another worker's (a root rank's).
+  bool Init(bool offer = true);
   // Checkpoints: where the exchange stands at local step `step` (its tensors are read in
   // place before Restore), and the counters restored.
   ExchangeState State(int64_t step) const;

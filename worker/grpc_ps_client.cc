@@ -129,6 +129,61 @@ int64_t GrpcPsClient::Heartbeat() {
   });
 }
 
+void GrpcPsClient::Broadcast(const std::string& name, int64_t round, bool root, std::string* data) {
+  proto::BroadcastRequest req;
+  req.set_worker_id(opt_.worker_id);
+  req.set_incarnation(opt_.incarnation);
+  req.set_name(name);
+  req.set_round(round);
+  req.set_root(root);
+  // Pieces of at most 2 MiB each way (one unary call each), so no message nears gRPC's limit.
+  constexpr uint64_t kPiece = uint64_t{2} << 20;
+  auto call = [&](uint64_t offset, proto::BroadcastReply* reply) {
+    req.set_offset(offset);
+    WithRetry(*impl_, opt_, "Broadcast", [&](grpc::ClientContext* ctx) {
+      // A reader waits on the server for the root until the server's deadline (server.
+      // deadline_s, the job's, as ours): its answer, timed_out, comes before ours expires.
+      if (!root)
+        ctx->set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                              std::chrono::duration<double>(opt_.deadline_s + 10)));
+      try {
+        transport::ThrowIfError(impl_->stub->Broadcast(ctx, req, reply), "Broadcast");
+      } catch (const Unavailable& e) {
+        if (root || e.reason() != Reason::kTimedOut) throw;  // retried
+        throw FailedPrecondition(
+            fmt::format("broadcast '{}' round {}: the root sent nothing within {:g} s "
+                        "(server.deadline_s); did every worker make the same broadcasts? ({})",
+                        name, round, opt_.deadline_s, e.message()),
+            Reason::kTimedOut);
+      }
+      return 0;
+    });
+  };
+  proto::BroadcastReply reply;
+  if (root) {
+    req.set_total_bytes(data->size());
+    uint64_t offset = 0;
+    do {  // an empty value is one empty piece
+      const uint64_t n = std::min<uint64_t>(kPiece, data->size() - offset);
+      req.set_data(data->data() + offset, n);
+      call(offset, &reply);
+      offset += n;
+    } while (offset < data->size());
+    return;
+  }
+  data->clear();
+  do {
+    call(data->size(), &reply);
+    GP_ENFORCE(reply.data().size() <= reply.total_bytes() - data->size() &&
+                   (!reply.data().empty() || data->size() == reply.total_bytes()),
+               "Broadcast: the server sent a piece of ", reply.data().size(), " bytes at offset ",
+               data->size(), " of ", reply.total_bytes());
+    if (data->empty()) data->reserve(reply.total_bytes());
+    data->append(reply.data());
+  } while (data->size() < reply.total_bytes());
+}
+
 std::string GrpcPsClient::StatsText() {
   return WithRetry(*impl_, opt_, "Stats", [&](grpc::ClientContext* ctx) {
     proto::StatsReply r;

@@ -43,6 +43,7 @@ class GrpcPsClient : public PsClient {
                         const std::vector<int>& bucket_keys = {},
                         int64_t catch_up_step = 0) override;
   bool InitOrPull(std::vector<torch::Tensor>* params) override;
+  void AwaitInitWeights(std::vector<torch::Tensor>* params) override;
   using PsClient::PushPull;
   StepMetrics PushPull(const StepCall& call, const std::vector<torch::Tensor>& grads,
                        std::vector<torch::Tensor>* out) override;
@@ -52,6 +53,7 @@ class GrpcPsClient : public PsClient {
   void PublishWeights(int64_t round, const std::vector<torch::Tensor>& params) override;
   void PullWeights(std::vector<torch::Tensor>* params, int64_t min_version = 0) override;
   std::string StatsText() override;
+  void Broadcast(const std::string& name, int64_t round, bool root, std::string* data) override;
 
   KeyCodecs& codecs() { return *codecs_; }
   const ClientOptions& options() const { return opt_; }
@@ -62,6 +64,7 @@ class GrpcPsClient : public PsClient {
 
  private:
   bool UploadWeights(bool publish, int64_t round, const std::vector<torch::Tensor>& params);
+  void ReadWeights(std::vector<torch::Tensor>* params, int64_t min_version, bool wait_init);
   void StartHeartbeats();
   ClientOptions opt_;
   std::unique_ptr<KeyCodecs> owned_codecs_;

@@ -22,6 +22,9 @@ StepMetrics GrpcPsClient::PushPull(const StepCall& call, const std::vector<torch
   // The dashboard's rows: taken once, sent again with a retry.
   const std::vector<proto::WorkerRow> rows =
       opt_.rows ? opt_.rows->Take() : std::vector<proto::WorkerRow>{};
+  proto::PushHeader header =
+      PushHeaderFor(opt_, call.step, call.base_step, call.lr, keys.bucket, rows);
+  for (double lr : CallKeyLr(call, keys.begin, keys.end)) header.add_key_lr(lr);
   Timer rpc;
   std::unique_ptr<ResultReader> got;
   const char* what = call.wait ? "PushPull" : "Push";
@@ -30,9 +33,7 @@ StepMetrics GrpcPsClient::PushPull(const StepCall& call, const std::vector<torch
       [&](grpc::ClientContext* ctx) {
         transport::RawCall rpc_call(impl_->raw.get(), transport::MethodPath(what), ctx);
         turn.Take();
-        WriteRawPush(&rpc_call,
-                     PushHeaderFor(opt_, call.step, call.base_step, call.lr, keys.bucket, rows),
-                     pushes);
+        WriteRawPush(&rpc_call, header, pushes);
         rpc_call.WritesDone();
         turn.Give();  // the next bucket's push goes out while this one is completed and pulled
         if (!call.wait) return ReadReply<proto::PushReply>(&rpc_call, what);
@@ -109,12 +110,22 @@ void GrpcPsClient::PublishWeights(int64_t round, const std::vector<torch::Tensor
   UploadWeights(/*publish=*/true, round, params);
 }
 
+void GrpcPsClient::AwaitInitWeights(std::vector<torch::Tensor>* params) {
+  ReadWeights(params, 0, /*wait_init=*/true);
+}
+
 void GrpcPsClient::PullWeights(std::vector<torch::Tensor>* params, int64_t min_version) {
+  ReadWeights(params, min_version, /*wait_init=*/false);
+}
+
+void GrpcPsClient::ReadWeights(std::vector<torch::Tensor>* params, int64_t min_version,
+                               bool wait_init) {
   codecs_->CheckTensors(*params, "PullWeights");
   proto::PullRequest req;
   req.set_worker_id(opt_.worker_id);
   req.set_incarnation(opt_.incarnation);
   req.set_step(min_version);
+  req.set_wait_init(wait_init);
   std::unique_ptr<ResultReader> got;
   WithRetry(*impl_, opt_, "PullWeights", [&](grpc::ClientContext* ctx) {
     transport::RawCall call(impl_->raw.get(), transport::MethodPath("PullWeights"), ctx);

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/error.h"
 #include "compressors/compressor.h"
 #include "worker/client_options.h"
 #include "worker/step_metrics.h"
@@ -37,6 +38,9 @@ struct StepCall {
   int bucket = -1;           // the bucket of a split model; -1: the whole model (no split)
   int64_t base_step = 0;     // async: the server step of the weights the gradients come from
   std::optional<double> lr;  // exchange=weights: the lr of the server's SGD for the step
+  // With lr: per key of the carrier's model (model order), the lr of the server's SGD for that
+  // key, replacing lr (gradpress.torch's param groups); null: lr for every key.
+  const std::vector<double>* key_lr = nullptr;
   bool wait = true;          // false: push only (async, or sync without waiting); no result
   Uplink* uplink = nullptr;  // held while the push is encoded and written (uplink.h)
   // CUDA gradients: where backward completed them (device_codecs.h); null: all queued work.
@@ -57,6 +61,9 @@ class PsClient {
   // Offers `params` as initial weights (the server keeps the first offer), then overwrites
   // them with the server's weights. Returns true if ours were kept.
   virtual bool InitOrPull(std::vector<torch::Tensor>* params) = 0;
+  // Offers none: waits for the initial weights another worker offers (the root rank's; each
+  // call's deadline, retried as UNAVAILABLE), then writes them into `params`.
+  virtual void AwaitInitWeights(std::vector<torch::Tensor>* params) = 0;
   // Pushes the call's keys of `grads` (the whole model, model order) and writes the step's
   // result into the same keys of `out`; other keys are not touched. call.wait false: out unused.
   virtual StepMetrics PushPull(const StepCall& call, const std::vector<torch::Tensor>& grads,
@@ -71,6 +78,11 @@ class PsClient {
   // The server's weights into `params`, once their version is at least min_version.
   virtual void PullWeights(std::vector<torch::Tensor>* params, int64_t min_version = 0) = 0;
   virtual std::string StatsText() = 0;  // the server's counters, Prometheus text
+  // A root worker's bytes to the others, under `name` (the server's Broadcast, shard 0's with
+  // several): the root (root true) sends *data as the name's value of `round`; the others wait
+  // (one deadline; then FailedPrecondition with reason timed_out, naming the broadcast) for
+  // that round's value and get it in *data. Every worker makes the same rounds of a name.
+  virtual void Broadcast(const std::string& name, int64_t round, bool root, std::string* data) = 0;
 
   // Shorthands of PushPull for the whole model.
   StepMetrics PushPull(int64_t step, const std::vector<torch::Tensor>& grads,
@@ -88,6 +100,14 @@ class PsClient {
     return PushPull(c, grads, nullptr);
   }
 };
+
+// The call's per-key lr for keys [begin, end) of the carrier's model (empty: none).
+inline std::vector<double> CallKeyLr(const StepCall& call, size_t begin, size_t end) {
+  if (!call.lr || call.key_lr == nullptr || call.key_lr->empty()) return {};
+  GP_ENFORCE(call.key_lr->size() >= end, "StepCall: ", call.key_lr->size(),
+             " per-key learning rates for keys up to ", end);
+  return {call.key_lr->begin() + begin, call.key_lr->begin() + end};
+}
 
 // A client over several servers (the sharded composite, sharded_ps_client.h): after a call
 // failed with LostByServer, the servers that lost this worker while the others hold the job

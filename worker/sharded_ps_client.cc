@@ -217,6 +217,20 @@ bool ShardedPsClient::InitOrPull(std::vector<torch::Tensor>* params) {
   return kept[0];
 }
 
+void ShardedPsClient::AwaitInitWeights(std::vector<torch::Tensor>* params) {
+  torch::NoGradGuard no_grad;
+  ForShards([&](int s) {
+    std::vector<torch::Tensor> views = Views(s, *params);
+    shards_[s]->AwaitInitWeights(&views);
+  });
+}
+
+void ShardedPsClient::Broadcast(const std::string& name, int64_t round, bool root,
+                                std::string* data) {
+  GP_ENFORCE(!shards_.empty(), "Broadcast: call Register first");
+  shards_[0]->Broadcast(name, round, root, data);
+}
+
 StepMetrics ShardedPsClient::WithCatchUp(int s, int64_t step,
                                          const std::function<StepMetrics()>& fn) {
   try {
@@ -282,6 +296,12 @@ StepMetrics ShardedPsClient::PushPull(const StepCall& call, const std::vector<to
       [&](int s) {
         StepCall c = call;
         c.bucket = call.bucket < 0 ? -1 : local_bucket_[call.bucket][s];
+        std::vector<double> key_lr;  // the shard's keys' (parts of the model's keys)
+        if (call.lr && call.key_lr && !call.key_lr->empty()) {
+          for (size_t i : parts_of_[s])
+            key_lr.push_back(call.key_lr->at(placement_.parts[i].tensor));
+          c.key_lr = &key_lr;
+        }
         c.uplink = call.uplink ? &turn : nullptr;
         std::vector<torch::Tensor> views;
         if (call.wait) views = Views(s, *out);

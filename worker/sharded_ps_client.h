@@ -50,6 +50,7 @@ class ShardedPsClient : public PsClient, public CodecState, public ShardRejoin {
                         const std::vector<int>& bucket_keys = {},
                         int64_t catch_up_step = 0) override;
   bool InitOrPull(std::vector<torch::Tensor>* params) override;
+  void AwaitInitWeights(std::vector<torch::Tensor>* params) override;
   using PsClient::PushPull;
   StepMetrics PushPull(const StepCall& call, const std::vector<torch::Tensor>& grads,
                        std::vector<torch::Tensor>* out) override;
@@ -59,6 +60,8 @@ class ShardedPsClient : public PsClient, public CodecState, public ShardRejoin {
   void PublishWeights(int64_t round, const std::vector<torch::Tensor>& params) override;
   void PullWeights(std::vector<torch::Tensor>* params, int64_t min_version = 0) override;
   std::string StatsText() override;
+  // On shard 0 (the job's one place for a broadcast).
+  void Broadcast(const std::string& name, int64_t round, bool root, std::string* data) override;
 
   // The shards' push codecs, one state (CodecState, key_codecs.h).
   std::string SaveState() const override;

@@ -15,13 +15,62 @@
 
 namespace gradpress::worker {
 
+// The client as the exchange sees it: every call of a step that carries an lr also carries
+// the step's per-key lr (BeginStep's, when set), whichever exchange (serial, pipelined
+// buckets, async) makes the call; the rest is the client's own.
+class StepEngine::StepLrClient final : public PsClient {
+ public:
+  StepLrClient(PsClient* inner, const std::vector<double>* key_lr)
+      : inner_(inner), key_lr_(key_lr) {}
+  RegisterInfo Register(const std::vector<TensorSpec>& model, const std::vector<int>& bucket_keys,
+                        int64_t catch_up_step) override {
+    return inner_->Register(model, bucket_keys, catch_up_step);
+  }
+  bool InitOrPull(std::vector<torch::Tensor>* params) override {
+    return inner_->InitOrPull(params);
+  }
+  void AwaitInitWeights(std::vector<torch::Tensor>* params) override {
+    inner_->AwaitInitWeights(params);
+  }
+  using PsClient::PushPull;
+  StepMetrics PushPull(const StepCall& call, const std::vector<torch::Tensor>& grads,
+                       std::vector<torch::Tensor>* out) override {
+    if (!call.lr || key_lr_->empty()) return inner_->PushPull(call, grads, out);
+    StepCall c = call;
+    c.key_lr = key_lr_;
+    return inner_->PushPull(c, grads, out);
+  }
+  StepMetrics Pull(std::vector<torch::Tensor>* out, int64_t step) override {
+    return inner_->Pull(out, step);
+  }
+  int64_t Heartbeat() override { return inner_->Heartbeat(); }
+  std::pair<int, double> Elect(int64_t round, double score) override {
+    return inner_->Elect(round, score);
+  }
+  void PublishWeights(int64_t round, const std::vector<torch::Tensor>& params) override {
+    inner_->PublishWeights(round, params);
+  }
+  void PullWeights(std::vector<torch::Tensor>* params, int64_t min_version) override {
+    inner_->PullWeights(params, min_version);
+  }
+  std::string StatsText() override { return inner_->StatsText(); }
+  void Broadcast(const std::string& name, int64_t round, bool root, std::string* data) override {
+    inner_->Broadcast(name, round, root, data);
+  }
+
+ private:
+  PsClient* inner_;
+  const std::vector<double>* key_lr_;
+};
+
 StepEngine::StepEngine(EngineOptions options, WorkerClient client)
     : opt_(std::move(options)), client_(std::move(client)) {
   const Config& c = *opt_.config;
   GP_ENFORCE(opt_.params && opt_.names.size() == opt_.params->size(), opt_.names.size(),
              " key names for ", opt_.params ? opt_.params->size() : 0, " parameters");
-  exchange_ = MakeExchange({opt_.config, opt_.rank, client_.client.get(), opt_.params,
-                            opt_.optimizer, opt_.register_hooks});
+  lr_client_ = std::make_unique<StepLrClient>(client_.client.get(), &key_lr_);
+  exchange_ = MakeExchange(
+      {opt_.config, opt_.rank, lr_client_.get(), opt_.params, opt_.optimizer, opt_.register_hooks});
   if (!opt_.register_hooks) feed_ = dynamic_cast<GradientFeed*>(exchange_.get());
   if (!c.compress.dynamic.ladder.empty()) {
     controller_ = std::make_unique<CompressionController>(c.compress.dynamic);
@@ -34,7 +83,9 @@ StepEngine::StepEngine(EngineOptions options, WorkerClient client)
 
 StepEngine::~StepEngine() = default;
 
-Connection StepEngine::Connect(std::optional<int64_t> restored_step) {
+Connection StepEngine::Connect(std::optional<int64_t> restored_step, std::optional<int> root_rank) {
+  GP_ENFORCE(!root_rank || (*root_rank >= 0 && *root_rank < opt_.workers), "root_rank ",
+             root_rank.value_or(0), " is outside the job's ranks [0, ", opt_.workers, ")");
   // Before registering: the calibration's batches keep no server waiting for this worker.
   if (opt_.config->compress.auto_select && auto_push_.empty()) ChooseCodecs();
   std::vector<compressors::TensorSpec> specs;
@@ -54,7 +105,8 @@ Connection StepEngine::Connect(std::optional<int64_t> restored_step) {
     spdlog::info("worker-{}: rejoins at step {} with the weights of its own checkpoint", opt_.rank,
                  server_step);
   } else {
-    out.ours = exchange_->Init();  // the first worker's weights win; every worker adopts them
+    // The first worker's weights win (or the root's, which alone offers); all adopt them.
+    out.ours = exchange_->Init(/*offer=*/!root_rank || *root_rank == opt_.rank);
     if (restored_step && server_step > 0)
       spdlog::warn(
           "worker-{}: its state is of step {}, the server is at step {}: it goes on from the "
@@ -68,9 +120,15 @@ Connection StepEngine::Connect(std::optional<int64_t> restored_step) {
   return out;
 }
 
-void StepEngine::BeginStep(double lr) {
+void StepEngine::BeginStep(double lr, std::vector<double> key_lr) {
   GP_ENFORCE(!pending_, "StepEngine::BeginStep while step ", step_ - 1,
              "'s results are pending: Settle first");
+  GP_ENFORCE(key_lr.empty() || key_lr.size() == opt_.params->size(), key_lr.size(),
+             " per-key learning rates for ", opt_.params->size(), " parameters");
+  for (double k : key_lr)
+    GP_ENFORCE(std::isfinite(k) && k >= 0, "a per-key learning rate of ", k,
+               " is not a finite number >= 0");
+  key_lr_ = std::move(key_lr);  // no call of the previous step is in flight
   exchange_->Prepare(step_, lr);
 }
 

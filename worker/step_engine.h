@@ -6,8 +6,11 @@
 // hooks, the serial step, method 6's periodic sync), and the job's step rules, so that
 // neither front end decides a feature:
 //   - the connect sequence: compress.auto's choice before registering, Register, the first
-//     worker's weights win (or a restarted worker keeps its own of the server's step), the
-//     local step the server's step means;
+//     worker's weights win (or the root rank's, when one is named: the others offer none and
+//     wait for them; or a restarted worker keeps its own of the server's step), the local
+//     step the server's step means;
+//   - the step's lr for the server's SGD or shadow weights, one for the model or one per key
+//     (gradpress.torch's param groups), added to every call of the step;
 //   - clipping (compress.clip_norm: DGC's local clipping of the worker's gradients to
 //     clip_norm / sqrt(workers) before they are pushed);
 //   - the push codec's policy: compress.auto's per-key codecs, the dynamic ladder
@@ -73,10 +76,15 @@ class StepEngine {
   // Registers and adopts the server's weights. restored_step: the step of a checkpoint the
   // caller has loaded into the parameters; at the server's step (past 0) with the workers'
   // weights on the server (gradient methods) they are kept, as a rejoin of that step.
-  Connection Connect(std::optional<int64_t> restored_step = std::nullopt);
+  // root_rank: only the worker of that rank (options' rank) offers its weights, the others
+  // wait for them (InvalidArgument outside [0, workers)); none: the first offer wins.
+  Connection Connect(std::optional<int64_t> restored_step = std::nullopt,
+                     std::optional<int> root_rank = std::nullopt);
   // Before backward: the step's lr (the local optimizer's; the server's SGD or shadow
   // weights' when it follows it) and, pipelined, the buckets armed for backward's hooks.
-  void BeginStep(double lr);
+  // key_lr: per key (model order) the lr of the server's SGD for it, replacing lr (param
+  // groups); empty: lr for every key.
+  void BeginStep(double lr, std::vector<double> key_lr = {});
   // A front end's hook (register_hooks false and feeds()): key's gradient, during backward.
   void Gradient(size_t key, const torch::Tensor& grad);
   // Whether backward's gradients are to be fed to Gradient (the pipelined step without
@@ -125,8 +133,12 @@ class StepEngine {
   // The ladder's decision as the push codec (epoch -1: the start).
   void SetPushCodec(const CompressionDecision& d, int64_t epoch);
 
+  class StepLrClient;  // step_engine.cc: the client the exchange calls, adding key_lr_
+
   EngineOptions opt_;
   WorkerClient client_;
+  std::vector<double> key_lr_;  // BeginStep's; read by the step's calls (none in flight between)
+  std::unique_ptr<StepLrClient> lr_client_;
   std::unique_ptr<Exchange> exchange_;
   GradientFeed* feed_ = nullptr;          // the pipelined exchange, fed by the front end's hooks
   std::unique_ptr<PendingStep> pending_;  // cross-barrier: the step whose results are arriving

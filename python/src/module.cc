@@ -103,24 +103,44 @@ PYBIND11_MODULE(_C, m) {
            py::arg("incarnation"), py::arg("names"), py::arg("params"),
            py::call_guard<py::gil_scoped_release>())
       .def("connect", &WorkerSession::Connect, py::arg("restored_step") = std::nullopt,
-           py::arg("epoch") = 0, py::call_guard<py::gil_scoped_release>(),
-           "Register (once) and adopt the server's initial weights; True if ours were kept")
-      .def("gradient", &WorkerSession::Gradient, py::arg("key"), py::arg("grad"), py::arg("lr"),
+           py::arg("epoch") = 0, py::arg("root_rank") = std::nullopt,
+           py::call_guard<py::gil_scoped_release>(),
+           "Register (once) and adopt the server's initial weights (root_rank's: only it "
+           "offers); True if ours were kept")
+      .def("begin", &WorkerSession::Begin, py::arg("lr"), py::arg("key_lr"),
+           py::call_guard<py::gil_scoped_release>(),
+           "the step's lr, and per key its param group's (empty: lr for all); once a step")
+      .def("gradient", &WorkerSession::Gradient, py::arg("key"), py::arg("grad"),
            py::call_guard<py::gil_scoped_release>())
       .def("prepare_gradients", &WorkerSession::PrepareGradients,
            py::call_guard<py::gil_scoped_release>(),
            "method 6: zeros for missing gradients and clipping, before the local step")
       .def(
           "exchange",
-          [](WorkerSession& s, double lr) {
+          [](WorkerSession& s, double lr, std::vector<double> key_lr) {
             gradpress::worker::StepMetrics r;
             {
               py::gil_scoped_release release;
-              r = s.Exchange(lr);
+              r = s.Exchange(lr, std::move(key_lr));
             }
             return gradpress::python::MetricsDict(r);
           },
-          py::arg("lr"), "wait for the step's averaged gradients and write them into p.grad")
+          py::arg("lr"), py::arg("key_lr") = std::vector<double>{},
+          "wait for the step's averaged gradients and write them into p.grad")
+      .def(
+          "broadcast",
+          [](WorkerSession& s, const std::string& name, bool root, const py::bytes& data) {
+            std::string value = data;
+            {
+              py::gil_scoped_release release;
+              value = s.Broadcast(name, root, std::move(value));
+            }
+            return py::bytes(value);
+          },
+          py::arg("name"), py::arg("root"), py::arg("data"),
+          "the root's bytes under `name` to every worker (the n-th call of a name: round n)")
+      .def("server_stats", &WorkerSession::ServerStats, py::call_guard<py::gil_scoped_release>(),
+           "the server's counters (Prometheus text; shard 0's with several)")
       .def("end_step", &WorkerSession::EndStep, py::arg("loss"))
       .def("end_epoch", &WorkerSession::EndEpoch, py::arg("epoch"), py::arg("accuracy"),
            py::arg("train_loss") = std::nullopt, py::call_guard<py::gil_scoped_release>(),

@@ -109,33 +109,38 @@ worker::StepEngine& WorkerSession::Open(const char* what) {
   return *engine_;
 }
 
-bool WorkerSession::Connect(std::optional<int64_t> restored_step, int64_t epoch) {
+bool WorkerSession::Connect(std::optional<int64_t> restored_step, int64_t epoch,
+                            std::optional<int> root_rank) {
   worker::StepEngine& e = Open("connect");
   if (connected_) return false;
-  const worker::Connection c = e.Connect(restored_step);
+  const worker::Connection c = e.Connect(restored_step, root_rank);
   e.StartEpoch(epoch);
   connected_ = true;
   since_end_.Restart();
   return c.ours;
 }
 
-void WorkerSession::Begin(double lr) {
+void WorkerSession::Begin(double lr, std::vector<double> key_lr) {
+  worker::StepEngine& e = Open("step");
+  GP_ENFORCE_AS(FailedPrecondition, connected_,
+                "call gradpress.torch.broadcast_parameters(model) before the first backward: "
+                "every worker must start from the server's initial weights");
   if (begun_) return;
-  engine_->BeginStep(lr);
+  e.BeginStep(lr, std::move(key_lr));
   begun_ = true;
 }
 
-void WorkerSession::Gradient(size_t key, const torch::Tensor& grad, double lr) {
+void WorkerSession::Gradient(size_t key, const torch::Tensor& grad) {
   worker::StepEngine& e = Open("gradient");
   GP_ENFORCE(key < params_.size(), "key ", key, " outside the model");
   GP_ENFORCE_AS(FailedPrecondition, connected_,
                 "call gradpress.torch.broadcast_parameters(model) before the first backward: "
                 "every worker must start from the server's initial weights");
+  GP_ENFORCE(begun_, "WorkerSession::Gradient before Begin");
   GP_ENFORCE_AS(FailedPrecondition, !got_[key], "parameter '", names_[key],
                 "' got a second gradient in step ", e.step(),
                 ": call optimizer.step() after each backward, or make the optimizer with "
                 "backward_passes_per_step=N to accumulate N backward passes per step");
-  Begin(lr);
   got_[key] = 1;
   e.Gradient(key, grad);
 }
@@ -147,7 +152,7 @@ void WorkerSession::PrepareGradients() {
   e.PrepareGradients(&prepared_);
 }
 
-StepMetrics WorkerSession::Exchange(double lr) {
+StepMetrics WorkerSession::Exchange(double lr, std::vector<double> key_lr) {
   worker::StepEngine& e = Open("step");
   GP_ENFORCE_AS(FailedPrecondition, connected_,
                 "call gradpress.torch.broadcast_parameters(model) before the first step");
@@ -155,7 +160,7 @@ StepMetrics WorkerSession::Exchange(double lr) {
   m.step = e.step();
   m.compute_ms = prepared_.compute_ms;
   prepared_ = StepMetrics{};
-  Begin(lr);  // no gradient from a hook (the serial step, or none at all): now
+  Begin(lr, std::move(key_lr));  // no gradient from a hook (the serial step, or none): now
   if (e.feeds()) {
     // Keys no hook sent (backward_passes_per_step > 1: p.grad holds the passes' sum) go from
     // p.grad, in backward's order; a key without one is exchanged as zeros.
@@ -241,6 +246,17 @@ void WorkerSession::Close(bool flush_rows) {
   // is in flight between steps).
   engine_.reset();
 }
+
+std::string WorkerSession::Broadcast(const std::string& name, bool root, std::string data) {
+  worker::StepEngine& e = Open("broadcast");
+  GP_ENFORCE_AS(FailedPrecondition, connected_,
+                "broadcast: call broadcast_parameters first (the worker registers there)");
+  const int64_t round = broadcasts_[name]++;  // counted whatever the outcome, on every worker
+  e.client().Broadcast(name, round, root, &data);
+  return data;
+}
+
+std::string WorkerSession::ServerStats() { return Open("server_stats").client().StatsText(); }
 
 std::string WorkerSession::SaveState() const {
   GP_ENFORCE_AS(FailedPrecondition, engine_ != nullptr, "save_state: the session is closed");

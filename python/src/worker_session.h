@@ -17,8 +17,8 @@
 //
 //   WorkerSession s(options, names, params);   // params: the model's leaf tensors (aliases)
 //   s.Connect();                               // Register + InitOrPull (broadcast_parameters)
-//   per step: backward's hooks call s.Gradient(i, g, lr) (s.pipelined()); then
-//             StepMetrics m = s.Exchange(lr);  // the averaged gradients are in p.grad
+//   per step: s.Begin(lr, key_lr) and backward's hooks call s.Gradient(i, g) (s.pipelined());
+//             StepMetrics m = s.Exchange(lr, key_lr);  // the averaged gradients in p.grad
 //             ... the wrapped optimizer steps ...;  s.EndStep(loss);
 //             (local_steps(): s.PrepareGradients(); the optimizer steps; then Exchange)
 //   per epoch: acc = s.EndEpoch(epoch, my_test_accuracy, train_loss);  // method 6's rule,
@@ -33,6 +33,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -83,16 +84,22 @@ class WorkerSession {
   // at the server's step (past 0) and for a gradient method, the parameters are kept, as the
   // C++ worker keeps a checkpoint of the server's step; else the server's weights are taken
   // (methods 1-2: the model; 3-6: server.shadow_weights, the workers' weights of its step).
-  // epoch: the epoch training goes on in (DGC's warm-up density).
-  bool Connect(std::optional<int64_t> restored_step = std::nullopt, int64_t epoch = 0);
-  // A parameter's gradient from its hook (pipelined() only); lr: the step's learning rate.
-  void Gradient(size_t key, const torch::Tensor& grad, double lr);
+  // epoch: the epoch training goes on in (DGC's warm-up density). root_rank: only the worker
+  // of that rank offers its weights; the others offer none and wait for them.
+  bool Connect(std::optional<int64_t> restored_step = std::nullopt, int64_t epoch = 0,
+               std::optional<int> root_rank = std::nullopt);
+  // The step's learning rate for the server's SGD or shadow weights (methods 1-5), and per key
+  // its param group's (model order; empty: lr for every key); once a step, before its first
+  // gradient (Exchange begins the step itself when no hook did).
+  void Begin(double lr, std::vector<double> key_lr = {});
+  // A parameter's gradient from its hook (pipelined() only), after Begin.
+  void Gradient(size_t key, const torch::Tensor& grad);
   // Method 6 (local_steps()): zeros for parameters without a gradient and clipping
   // (compress.clip_norm), before the caller's optimizer steps.
   void PrepareGradients();
   // Waits for the step's exchange and writes the averaged gradients into p.grad (weights:
   // the server's weights into the parameters).
-  StepMetrics Exchange(double lr);
+  StepMetrics Exchange(double lr, std::vector<double> key_lr = {});
   // After the local optimizer's step: the step's timing, its metrics line and dashboard row.
   void EndStep(double loss);
   // The end of an epoch with this worker's test accuracy: method 6 applies its epoch rule
@@ -104,6 +111,12 @@ class WorkerSession {
   // Heartbeat, retried while the server is unreachable; a failure is logged), and the end
   // of the client and its heartbeat thread. Idempotent; nothing else may be called after.
   void Close(bool flush_rows = true);
+
+  // broadcast_object / broadcast_optimizer_state: the root's bytes under `name` to every
+  // worker; the n-th call of a name is its round n (every worker calls alike). The root gets
+  // its own back; the others wait (server.deadline_s) for the root's.
+  std::string Broadcast(const std::string& name, bool root, std::string data);
+  std::string ServerStats();  // the server's counters, Prometheus text
 
   // The push codecs' state (error-feedback residuals, momenta, RNG), for state_dict.
   std::string SaveState() const;
@@ -128,7 +141,6 @@ class WorkerSession {
 
  private:
   worker::StepEngine& Open(const char* what);  // the engine, or a clear error when closed
-  void Begin(double lr);                       // the engine's step, once
 
   SessionOptions opt_;
   Config config_;
@@ -140,8 +152,9 @@ class WorkerSession {
   std::unique_ptr<worker::StepEngine> engine_;  // null once closed
   worker::MetricTotals totals_;
   int64_t dense_bytes_ = 0;
-  std::vector<char> got_;  // per key: a gradient arrived this step
-  bool begun_ = false;     // the engine's step began
+  std::vector<char> got_;                      // per key: a gradient arrived this step
+  std::map<std::string, int64_t> broadcasts_;  // per name: the broadcasts made
+  bool begun_ = false;                         // the engine's step began
   bool connected_ = false;
   StepMetrics pending_, last_, prepared_;
   bool has_pending_ = false;

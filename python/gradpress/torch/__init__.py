@@ -22,6 +22,8 @@ except ImportError as e:  # pragma: no cover - depends on the build
         "PYTHONPATH=build/python:python (docs/python.md)") from e
 
 from gradpress.torch.data import worker_data
-from gradpress.torch.optimizer import DistributedOptimizer, broadcast_parameters
+from gradpress.torch.optimizer import (DistributedOptimizer, broadcast_object,
+                                     broadcast_optimizer_state, broadcast_parameters)
 
-__all__ = ["DistributedOptimizer", "broadcast_parameters", "worker_data"]
+__all__ = ["DistributedOptimizer", "broadcast_object", "broadcast_optimizer_state",
+           "broadcast_parameters", "worker_data"]

@@ -1,6 +1,7 @@
-"""gradpress.torch.DistributedOptimizer and broadcast_parameters (docs/python.md)."""
+"""gradpress.torch.DistributedOptimizer and Horovod's broadcasts (docs/python.md)."""
 import atexit
 import contextlib
+import io
 import warnings
 import weakref
 
@@ -69,7 +70,8 @@ def _hook(optimizer_ref, key):
         if not opt._hooked:
             opt._hooked = True
             torch.autograd.Variable._execution_engine.queue_callback(opt._note_sent)
-        opt._session.gradient(key, grad, opt.param_groups[0]["lr"])
+            opt._session.begin(*opt._step_lr())
+        opt._session.gradient(key, grad)
     return hook
 
 
@@ -171,6 +173,9 @@ class DistributedOptimizer:
             raise ValueError("backward_passes_per_step: expected an integer >= 1, got "
                              f"{backward_passes_per_step!r}")
         names, params = _named_leaves(optimizer, named_parameters)
+        group_of = {id(p): g for g, group in enumerate(optimizer.param_groups)
+                    for p in group["params"]}
+        self._group_of = [group_of[id(p)] for p in params]  # each key's param group
         # The wrapped class's own constructor over the same param groups (each keeps its
         # hyperparameters), as Horovod does; then the wrapped optimizer's defaults and state,
         # so lr schedulers and loops that hold either object see one state.
@@ -228,6 +233,14 @@ class DistributedOptimizer:
             raise RuntimeError("the DistributedOptimizer is closed")
         return self._session
 
+    def _step_lr(self):
+        """The step's lr for the server's SGD (methods 1-2) or shadow weights: the first
+        group's, and per key its group's when the groups' lrs differ (else an empty list)."""
+        lrs = [group["lr"] for group in self.param_groups]
+        if all(lr == lrs[0] for lr in lrs):
+            return float(lrs[0]), []
+        return float(lrs[0]), [float(lrs[g]) for g in self._group_of]
+
     def _note_sent(self):
         """Autograd's callback at the end of a backward whose hooks sent gradients."""
         self._sent = _grad_marks(self._params)
@@ -268,7 +281,7 @@ class DistributedOptimizer:
         if self._backward_passes > 1:
             self._passes = [0] * len(self._params)
         self._hooked = False
-        session.exchange(self.param_groups[0]["lr"])  # the GIL is released while it waits
+        session.exchange(*self._step_lr())  # the GIL is released while it waits
         self._synchronized = True
 
     @contextlib.contextmanager
@@ -292,7 +305,7 @@ class DistributedOptimizer:
             self._passes = [0] * len(self._params)
             session.prepare_gradients()  # compress.clip_norm before the local step
             wrapped_step()
-            session.exchange(self.param_groups[0]["lr"])
+            session.exchange(*self._step_lr())
         else:
             if self._skip_sync and not self._synchronized:
                 raise RuntimeError("step() inside skip_synchronize() without synchronize() "
@@ -368,9 +381,9 @@ class DistributedOptimizer:
         else:
             self._pending_state = bytes(ours["codec_state"])  # restored once registered
 
-    def _connect(self):
+    def _connect(self, root_rank=None):
         session = self._open()
-        ours = session.connect(self._restored_step, self._epoch)
+        ours = session.connect(self._restored_step, self._epoch, root_rank)
         if self._pending_auto is not None:
             auto, self._pending_auto = self._pending_auto, None
             session.auto_codecs = auto
@@ -402,27 +415,50 @@ class DistributedOptimizer:
         return f"gradpress.torch.DistributedOptimizer({wrapped})"
 
 
-def broadcast_parameters(model_or_named_params, optimizer=None):
-    """Registers the model with the server and adopts its initial weights: the first worker's
-    offer wins, every worker then starts from the same weights. Returns True if this worker's
-    were kept. ``model_or_named_params``: an ``nn.Module`` or (name, tensor) pairs / a dict of
-    the parameters a DistributedOptimizer exchanges (``optimizer``, else the one made over
-    these parameters: each parameter knows the optimizer that exchanges it)."""
+def _root(root_rank, opt, what):
+    """root_rank checked against the job: an int in [0, world_size)."""
+    if not isinstance(root_rank, int) or isinstance(root_rank, bool):
+        raise TypeError(f"{what}: root_rank must be an int, got {type(root_rank).__name__}")
+    if not 0 <= root_rank < opt.world_size:
+        raise ValueError(f"{what}: root_rank {root_rank} is outside the job's ranks "
+                         f"[0, {opt.world_size})")
+    return root_rank
+
+
+def _owner(params, what):
+    """The open DistributedOptimizer that exchanges these parameters (each parameter knows it)."""
+    refs = (getattr(p, "_gradpress_optimizer", None) for p in params)
+    owners = {ref() for ref in refs if ref is not None} - {None}  # None: a closed-and-gone one
+    if len(owners) > 1:
+        raise ValueError(f"{what}: these parameters belong to {len(owners)} "
+                         "DistributedOptimizers; pass optimizer=")
+    opt = owners.pop() if owners else None
+    if opt is None or opt._session is None:
+        raise RuntimeError(f"{what}: make the gradpress.torch.DistributedOptimizer over these "
+                           "parameters first (it holds the connection to the server)")
+    return opt
+
+
+def broadcast_parameters(model_or_named_params, optimizer=None, root_rank=0):
+    """Registers the model with the server and adopts the job's initial weights: the weights
+    of the worker of rank ``root_rank`` (Horovod's argument): it offers them, every other
+    worker waits for them on the server (``server.deadline_s`` per attempt, retried) and
+    offers none, whoever connects first. Returns True if this worker's were kept. (The C++
+    gradpress-worker keeps the first offer.) ``model_or_named_params``: an ``nn.Module`` or
+    (name, tensor) pairs / a dict of the parameters a DistributedOptimizer exchanges
+    (``optimizer``, else the one made over these parameters: each parameter knows the
+    optimizer that exchanges it). As in Horovod, ``broadcast_parameters(params, 0)`` also reads
+    the 0 as root_rank."""
+    if isinstance(optimizer, int) and not isinstance(optimizer, bool):
+        optimizer, root_rank = None, optimizer  # Horovod's positional root_rank
     if isinstance(model_or_named_params, torch.nn.Module):
         named = dict(model_or_named_params.named_parameters())
     else:
         named = dict(model_or_named_params)
-    opt = optimizer
-    if opt is None:
-        refs = (getattr(p, "_gradpress_optimizer", None) for p in named.values())
-        owners = {ref() for ref in refs if ref is not None} - {None}  # None: a closed-and-gone one
-        if len(owners) > 1:
-            raise ValueError("broadcast_parameters: these parameters belong to "
-                             f"{len(owners)} DistributedOptimizers; pass optimizer=")
-        opt = owners.pop() if owners else None
-    if opt is None or opt._session is None:
-        raise RuntimeError("broadcast_parameters: make the gradpress.torch.DistributedOptimizer "
-                           "over these parameters first (it holds the connection to the server)")
+    opt = optimizer if optimizer is not None else _owner(named.values(), "broadcast_parameters")
+    if opt._session is None:
+        raise RuntimeError("broadcast_parameters: the DistributedOptimizer is closed")
+    _root(root_rank, opt, "broadcast_parameters")
     ours = dict(zip(opt._names, opt._params))
     for name, p in named.items():
         if isinstance(p, torch.Tensor) and not p.requires_grad and name not in ours:
@@ -437,7 +473,73 @@ def broadcast_parameters(model_or_named_params, optimizer=None):
     if missing:
         raise ValueError(f"broadcast_parameters: '{missing[0]}' is missing "
                          f"({len(missing)} of the optimizer's parameters)")
-    return opt._connect()
+    return opt._connect(root_rank)
+
+
+def _broadcast_bytes(opt, data, root_rank, name, what):
+    """The root's bytes to every worker through the server (the Broadcast RPC, under `name`):
+    the root returns its own, the others wait for them (server.deadline_s)."""
+    session = opt._open()
+    _root(root_rank, opt, what)
+    if not session.connected:
+        raise RuntimeError(f"{what}: call broadcast_parameters first (the worker registers "
+                           "with the server there)")
+    root = opt.rank == root_rank
+    return session.broadcast(name, root, data if root else b"")
+
+
+def _to_bytes(obj):
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def _from_bytes(data):
+    return torch.load(io.BytesIO(data), map_location="cpu")
+
+
+def broadcast_object(obj, root_rank=0, name=None, optimizer=None):
+    """Horovod's broadcast_object: ``obj`` of the worker of rank ``root_rank`` (anything
+    ``torch.save`` pickles), returned on every worker; the others' ``obj`` is not read.
+    Every worker calls it alike, in the same order per ``name``. ``optimizer``: the
+    DistributedOptimizer whose connection carries it (None: the only open one). The root's
+    pickled object may be at most ``server.max_broadcast_mb``."""
+    if optimizer is None:
+        open_ones = [o for o in list(_live) if o._session is not None]
+        if len(open_ones) != 1:
+            raise ValueError(f"broadcast_object: {len(open_ones)} DistributedOptimizers are "
+                             "open in this process; pass optimizer=")
+        optimizer = open_ones[0]
+    if not isinstance(optimizer, DistributedOptimizer):
+        raise TypeError("broadcast_object: optimizer must be a gradpress.torch."
+                        f"DistributedOptimizer, got {type(optimizer).__name__}")
+    name = "object" if name is None else str(name)
+    root = optimizer.rank == root_rank
+    data = _broadcast_bytes(optimizer, _to_bytes(obj) if root else b"", root_rank,
+                            "object:" + name, "broadcast_object")
+    return obj if root else _from_bytes(data)
+
+
+def broadcast_optimizer_state(optimizer, root_rank=0):
+    """Horovod's broadcast_optimizer_state: the wrapped optimizer's state of the worker of
+    rank ``root_rank`` (its ``state_dict()``: momentum buffers, Adam's moments and step, the
+    param groups' hyperparameters such as lr) is loaded by every other worker's. The push
+    codecs' own state (``state_dict()["gradpress"]``: residuals) stays each worker's.
+    ``optimizer``: a DistributedOptimizer, or the optimizer it wraps. Call it on every worker,
+    after ``broadcast_parameters``."""
+    opt = optimizer
+    if not isinstance(opt, DistributedOptimizer):
+        if not isinstance(opt, torch.optim.Optimizer):
+            raise TypeError("broadcast_optimizer_state: expected an optimizer, got "
+                            f"{type(optimizer).__name__}")
+        opt = _owner([p for g in opt.param_groups for p in g["params"]],
+                     "broadcast_optimizer_state")
+    wrapped = super(DistributedOptimizer, opt)  # the wrapped class's state_dict, no "gradpress"
+    root = opt.rank == root_rank
+    data = _broadcast_bytes(opt, _to_bytes(wrapped.state_dict()) if root else b"", root_rank,
+                            "optimizer_state", "broadcast_optimizer_state")
+    if not root:
+        wrapped.load_state_dict(_from_bytes(data))
 
 
 @atexit.register

@@ -47,6 +47,7 @@ class CheckingClient : public PsClient {
     return {};
   }
   bool InitOrPull(std::vector<torch::Tensor>*) override { return true; }
+  void AwaitInitWeights(std::vector<torch::Tensor>*) override {}
   StepMetrics PushPull(const StepCall& call, const std::vector<torch::Tensor>&,
                        std::vector<torch::Tensor>*) override {
     if (call.decoded == nullptr) {
@@ -67,6 +68,7 @@ class CheckingClient : public PsClient {
   void PublishWeights(int64_t, const std::vector<torch::Tensor>&) override {}
   void PullWeights(std::vector<torch::Tensor>*, int64_t) override {}
   std::string StatsText() override { return {}; }
+  void Broadcast(const std::string&, int64_t, bool, std::string*) override {}
 
   std::atomic<int> checked_[3] = {};
   std::atomic<bool> missing_{false};
