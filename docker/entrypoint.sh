@@ -36,7 +36,8 @@ mkdir -p "$run_dir"
 
 # Prints "<rank> <earlier starts of this container>". $1: a given rank, if any.
 assign_rank() {
-  local dir=$run_dir/ranks me=${GRADPRESS_HOSTNAME:-$(hostname)} given=${1:-}
+  # $HOSTNAME (bash): the `hostname` program is not in a minimal bookworm image.
+  local dir=$run_dir/ranks me=${GRADPRESS_HOSTNAME:-${HOSTNAME:-$(cat /etc/hostname)}} given=${1:-}
   if [[ -n "$given" ]]; then
     [[ "$1" =~ ^[0-9]+$ ]] || { echo "entrypoint: rank '$1' is not a number" >&2; exit 2; }
     me=rank-$1
@@ -80,6 +81,8 @@ case "$mode" in
     export GRADPRESS_SERVER=${GRADPRESS_SERVER:-server:50051}
     export GRADPRESS_RESTART_COUNT=$starts
     unset TORCHELASTIC_RESTART_COUNT
+    # Its output also in the run directory, as scripts/run.sh keeps it (and in `docker logs`).
+    exec > >(tee -a "$run_dir/worker-$rank.log") 2>&1
     exec launch_worker.sh --config "$config" --rank "$rank" --workers "$world" \
       --run-dir "$run_dir" "$@"
     ;;

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # docker/: the Dockerfile's build stage runs scripts/setup.sh and nothing else from apt; its
-# runtime stage installs the Debian package of every shared library the built binaries need;
+# server and runtime stages are Dockerfile.prebuilt's, and docker/stage.sh lays out their files;
+# the runtime stage installs the Debian package of every shared library the built binaries need;
 # the entrypoint assigns distinct, restart-stable ranks under concurrency; health_check.py
 # gets SERVING from a real gradpress-server; and `docker-compose config` accepts the compose
-# file. No Docker engine runs here, so no image is built. Exit 77 (ctest: skipped) only when
+# file. No image is built here: tests/deploy/compose_run_test.sh (label docker) does that. Exit 77 (ctest: skipped) only when
 # docker-compose is missing, after every other check has passed.
 #   compose_test.sh SOURCE_DIR [SERVER_BIN WORKER_BIN SIM_BIN]
 set -euo pipefail
@@ -25,7 +26,7 @@ grep -q '^FROM debian:bookworm AS server' <<<"$server_stage" || fail "second sta
 if grep -Eq 'libtorch|gradpress-worker|gradpress-sim' <<<"$server_stage"; then
   fail "server stage holds LibTorch or the worker"
 fi
-grep -q -- '--from=build /out/bin/gradpress-server' <<<"$server_stage" || fail "server stage does not copy gradpress-server"
+grep -q -- '^COPY --from=build /out/server/ /$' <<<"$server_stage" || fail "server stage does not copy /out/server/ (docker/stage.sh)"
 grep -Eq '^RUN bash /src/scripts/setup\.sh' <<<"$build_stage" || fail "build stage does not RUN scripts/setup.sh"
 grep -Eq 'COPY scripts/setup\.sh ' <<<"$build_stage" || fail "build stage does not COPY scripts/setup.sh"
 if grep -Eq 'apt-get|apt install|dpkg -i' <<<"$build_stage"; then
@@ -37,10 +38,29 @@ if grep -Eq 'build-essential|-dev\b|cmake ' <<<"$runtime_stage"; then fail "runt
 for f in $(sed -n 's/^COPY \(docker\/[^ ]*\|scripts\/[^ ]*\) .*/\1/p; s/^COPY docker\/entrypoint.sh \(.*\) \/opt.*/\1/p' "$df" | tr ' ' '\n' | sort -u); do
   [[ -e "$src/$f" ]] || fail "Dockerfile copies $f, which does not exist"
 done
-for f in docker/entrypoint.sh docker/health_check.py scripts/launch_worker.sh; do
-  grep -q "$f" <<<"$runtime_stage" || fail "runtime stage does not copy $f"
+grep -q -- '^COPY --from=build /out/runtime/ /$' <<<"$runtime_stage" || fail "runtime stage does not copy /out/runtime/ (docker/stage.sh)"
+grep -q 'docker/stage.sh /out ' <<<"$build_stage" || fail "build stage does not lay out /out with docker/stage.sh"
+# docker/stage.sh: the two root trees hold what the entrypoint needs; the server's no worker.
+for f in docker/entrypoint.sh docker/health_check.py scripts/launch_worker.sh docker/stage.sh; do
   [[ -x "$src/$f" ]] || fail "$f is not executable"
 done
+mkdir -p "$tmp/fake"
+for b in gradpress-server gradpress-worker gradpress-sim; do cp /bin/true "$tmp/fake/$b"; done
+bash "$src/docker/stage.sh" "$tmp/stage" "$src" "$tmp/fake/gradpress-server" "$tmp/fake/gradpress-worker" \
+  "$tmp/fake/gradpress-sim" || fail "docker/stage.sh failed"
+for f in runtime/usr/local/bin/gradpress-server runtime/usr/local/bin/gradpress-worker runtime/usr/local/bin/gradpress-sim \
+         runtime/opt/gradpress/bin/entrypoint.sh runtime/opt/gradpress/bin/health_check.py \
+         runtime/opt/gradpress/bin/launch_worker.sh runtime/opt/gradpress/configs/lenet_fmnist_m5.yaml \
+         server/usr/local/bin/gradpress-server server/opt/gradpress/bin/entrypoint.sh \
+         server/opt/gradpress/bin/health_check.py server/opt/gradpress/configs/lenet_fmnist_m5.yaml; do
+  [[ -e "$tmp/stage/$f" ]] || fail "docker/stage.sh did not make $f"
+done
+[[ ! -e "$tmp/stage/server/usr/local/bin/gradpress-worker" ]] || fail "docker/stage.sh put the worker in the server tree"
+# docker/Dockerfile.prebuilt (the fast path): the same server and runtime stages, files from the context.
+pre=$src/docker/Dockerfile.prebuilt
+diff <(awk '/^FROM /{n++} n>=2' "$df" | sed 's|^COPY --from=build /out/|COPY |') \
+     <(awk '/^FROM /{n++} n>=1' "$pre") >"$tmp/prediff" ||
+  fail "docker/Dockerfile.prebuilt's stages differ from docker/Dockerfile's: $(cat "$tmp/prediff")"
 runtime_pkgs=$(tr -s ' \\\n' '\n' <<<"$runtime_stage" | grep -E '^[a-z0-9][a-z0-9.+-]+$' || true)
 server_pkgs=$(tr -s ' \\\n' '\n' <<<"$server_stage" | grep -E '^[a-z0-9][a-z0-9.+-]+$' || true)
 if [[ ${#bins[@]} -gt 0 ]] && command -v dpkg >/dev/null; then
