@@ -84,12 +84,13 @@ BucketScheduler::~BucketScheduler() {
   for (auto& t : threads_) t.join();
 }
 
-void BucketScheduler::Begin(int64_t step, std::vector<torch::Tensor>* out,
-                            std::optional<double> lr) {
+void BucketScheduler::Begin(int64_t step, std::vector<torch::Tensor>* out, std::optional<double> lr,
+                            const std::vector<double>* key_lr) {
   std::lock_guard<std::mutex> lock(mu_);
   GP_ENFORCE(outstanding_ == 0, "BucketScheduler::Begin while a step is in flight");
   step_ = step;
   lr_ = lr;
+  key_lr_ = key_lr;
   out_ = out;
   pending_ = pending_init_;
   std::fill(ended_.begin(), ended_.end(), 0);
@@ -192,6 +193,7 @@ void BucketScheduler::Run() {
     call.step = step_;
     call.bucket = bucket;
     call.lr = lr_;
+    call.key_lr = key_lr_;
     call.ready = ready_[bucket].get();
     call.decoded = decoded_[bucket].get();
     std::vector<torch::Tensor>* out = out_;

@@ -62,8 +62,10 @@ class BucketScheduler {
   int bucket_of(size_t key) const { return bucket_of_.at(key); }
   std::pair<size_t, size_t> keys(int bucket) const { return keys_.at(bucket); }  // [begin, end)
   // Starts a step: the results will be written into `out` (the whole model, model order);
-  // lr: the server's SGD lr for the step (StepCall::lr).
-  void Begin(int64_t step, std::vector<torch::Tensor>* out, std::optional<double> lr);
+  // lr, key_lr: the server's SGD lr for the step (StepCall::lr, StepCall::key_lr: null for
+  // none; it outlives the step).
+  void Begin(int64_t step, std::vector<torch::Tensor>* out, std::optional<double> lr,
+             const std::vector<double>* key_lr = nullptr);
   // Key i's gradient for this step (held, not copied: it must not change until Finish).
   // The bucket goes out once all of its keys have one.
   void Gradient(size_t key, const torch::Tensor& grad);
@@ -102,6 +104,7 @@ class BucketScheduler {
   std::vector<torch::Tensor>* out_ = nullptr;
   int64_t step_ = 0;
   std::optional<double> lr_;
+  const std::vector<double>* key_lr_ = nullptr;  // Begin's (the exchange's, for the step)
   bool active_ = false;
 
   std::mutex mu_;

@@ -36,7 +36,7 @@ bool Exchange::Init(bool offer) {
   return false;
 }
 
-void Exchange::Prepare(int64_t step, double lr) {
+void Exchange::Prepare(int64_t step, double lr, std::vector<double> key_lr) {
   step_ = step;
   prepared_ = true;
   if (ctx_.optimizer) {
@@ -44,7 +44,10 @@ void Exchange::Prepare(int64_t step, double lr) {
       static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
   }
   // Methods 1-2: the server's SGD steps with the schedule; 3-5: its shadow weights do.
-  if (traits_.server_follows_lr) server_lr_ = lr;
+  if (traits_.server_follows_lr) {
+    server_lr_ = lr;
+    server_key_lr_ = std::move(key_lr);  // no call of the previous step is in flight
+  }
 }
 
 ExchangeState Exchange::State(int64_t step) const {
@@ -72,6 +75,7 @@ StepCall Exchange::Call(int64_t step, int64_t base_step) const {
   c.step = step;
   c.base_step = base_step;
   c.lr = server_lr_;
+  if (!server_key_lr_.empty()) c.key_lr = &server_key_lr_;
   return c;
 }
 

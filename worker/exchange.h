@@ -74,8 +74,10 @@ class Exchange {
   // Before backward of `step`: its lr, the local optimizer's and (server_follows_lr) the
   // server's SGD or shadow weights'. The pipelined step begins its buckets at the first
   // gradient after it: a backward between a step's Finish and the next Prepare (an
-  // evaluation's probe) is not the exchange's. Between steps (nothing pending).
-  void Prepare(int64_t step, double lr);
+  // evaluation's probe) is not the exchange's. Between steps (nothing pending). key_lr: per
+  // key (model order) the lr of the server's SGD or shadow step, replacing lr there
+  // (gradpress.torch's param groups); empty: lr for every key.
+  void Prepare(int64_t step, double lr, std::vector<double> key_lr = {});
   // After Register: offers the initial weights (the first worker's win; gaussian: zero
   // statistics) and adopts the server's. Returns true if ours were kept. offer false: offers
   // none and waits for another worker's (a root rank's).
@@ -111,9 +113,10 @@ class Exchange {
   void StepOptimizer();
   ExchangeContext ctx_;
   ExchangeTraits traits_;
-  int64_t step_ = 0;                 // Prepare's
-  bool prepared_ = false;            // Prepare ran; the step's Finish (or a Reset) has not
-  std::optional<double> server_lr_;  // Prepare's, when the server follows it
+  int64_t step_ = 0;                   // Prepare's
+  bool prepared_ = false;              // Prepare ran; the step's Finish (or a Reset) has not
+  std::optional<double> server_lr_;    // Prepare's, when the server follows it
+  std::vector<double> server_key_lr_;  // Prepare's per-key lr, when the server follows it
   // Method 6's counters (syncs done, local steps since, its anchor), when it keeps its own;
   // else State is the local step's.
   std::optional<ExchangeState> counters_;

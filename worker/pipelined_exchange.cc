@@ -101,7 +101,8 @@ class PipelinedExchange : public Exchange, public GradientFeed {
     GP_ENFORCE(!pending_, "the pipelined step began while step results are pending: Settle first");
     // Fresh aliases each step: restoring a checkpoint may give the parameters new storage.
     if (weights_) weights_out_ = Aliases();
-    buckets_.Begin(step_, weights_ ? &weights_out_ : &received_, server_lr_);
+    buckets_.Begin(step_, weights_ ? &weights_out_ : &received_, server_lr_,
+                   server_key_lr_.empty() ? nullptr : &server_key_lr_);
     begun_ = true;
   }
   bool GateLayer(const torch::nn::Module& layer) {

@@ -15,62 +15,13 @@
 
 namespace gradpress::worker {
 
-// The client as the exchange sees it: every call of a step that carries an lr also carries
-// the step's per-key lr (BeginStep's, when set), whichever exchange (serial, pipelined
-// buckets, async) makes the call; the rest is the client's own.
-class StepEngine::StepLrClient final : public PsClient {
- public:
-  StepLrClient(PsClient* inner, const std::vector<double>* key_lr)
-      : inner_(inner), key_lr_(key_lr) {}
-  RegisterInfo Register(const std::vector<TensorSpec>& model, const std::vector<int>& bucket_keys,
-                        int64_t catch_up_step) override {
-    return inner_->Register(model, bucket_keys, catch_up_step);
-  }
-  bool InitOrPull(std::vector<torch::Tensor>* params) override {
-    return inner_->InitOrPull(params);
-  }
-  void AwaitInitWeights(std::vector<torch::Tensor>* params) override {
-    inner_->AwaitInitWeights(params);
-  }
-  using PsClient::PushPull;
-  StepMetrics PushPull(const StepCall& call, const std::vector<torch::Tensor>& grads,
-                       std::vector<torch::Tensor>* out) override {
-    if (!call.lr || key_lr_->empty()) return inner_->PushPull(call, grads, out);
-    StepCall c = call;
-    c.key_lr = key_lr_;
-    return inner_->PushPull(c, grads, out);
-  }
-  StepMetrics Pull(std::vector<torch::Tensor>* out, int64_t step) override {
-    return inner_->Pull(out, step);
-  }
-  int64_t Heartbeat() override { return inner_->Heartbeat(); }
-  std::pair<int, double> Elect(int64_t round, double score) override {
-    return inner_->Elect(round, score);
-  }
-  void PublishWeights(int64_t round, const std::vector<torch::Tensor>& params) override {
-    inner_->PublishWeights(round, params);
-  }
-  void PullWeights(std::vector<torch::Tensor>* params, int64_t min_version) override {
-    inner_->PullWeights(params, min_version);
-  }
-  std::string StatsText() override { return inner_->StatsText(); }
-  void Broadcast(const std::string& name, int64_t round, bool root, std::string* data) override {
-    inner_->Broadcast(name, round, root, data);
-  }
-
- private:
-  PsClient* inner_;
-  const std::vector<double>* key_lr_;
-};
-
 StepEngine::StepEngine(EngineOptions options, WorkerClient client)
     : opt_(std::move(options)), client_(std::move(client)) {
   const Config& c = *opt_.config;
   GP_ENFORCE(opt_.params && opt_.names.size() == opt_.params->size(), opt_.names.size(),
              " key names for ", opt_.params ? opt_.params->size() : 0, " parameters");
-  lr_client_ = std::make_unique<StepLrClient>(client_.client.get(), &key_lr_);
-  exchange_ = MakeExchange(
-      {opt_.config, opt_.rank, lr_client_.get(), opt_.params, opt_.optimizer, opt_.register_hooks});
+  exchange_ = MakeExchange({opt_.config, opt_.rank, client_.client.get(), opt_.params,
+                            opt_.optimizer, opt_.register_hooks});
   if (!opt_.register_hooks) feed_ = dynamic_cast<GradientFeed*>(exchange_.get());
   if (!c.compress.dynamic.ladder.empty()) {
     controller_ = std::make_unique<CompressionController>(c.compress.dynamic);
@@ -128,8 +79,7 @@ void StepEngine::BeginStep(double lr, std::vector<double> key_lr) {
   for (double k : key_lr)
     GP_ENFORCE(std::isfinite(k) && k >= 0, "a per-key learning rate of ", k,
                " is not a finite number >= 0");
-  key_lr_ = std::move(key_lr);  // no call of the previous step is in flight
-  exchange_->Prepare(step_, lr);
+  exchange_->Prepare(step_, lr, std::move(key_lr));
 }
 
 void StepEngine::GateLayer(const torch::nn::Module& layer) {

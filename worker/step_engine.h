@@ -133,12 +133,8 @@ class StepEngine {
   // The ladder's decision as the push codec (epoch -1: the start).
   void SetPushCodec(const CompressionDecision& d, int64_t epoch);
 
-  class StepLrClient;  // step_engine.cc: the client the exchange calls, adding key_lr_
-
   EngineOptions opt_;
   WorkerClient client_;
-  std::vector<double> key_lr_;  // BeginStep's; read by the step's calls (none in flight between)
-  std::unique_ptr<StepLrClient> lr_client_;
   std::unique_ptr<Exchange> exchange_;
   GradientFeed* feed_ = nullptr;          // the pipelined exchange, fed by the front end's hooks
   std::unique_ptr<PendingStep> pending_;  // cross-barrier: the step whose results are arriving
