@@ -26,7 +26,7 @@ namespace gradpress {
 
 struct Config {
   std::string name = "experiment";  // no '/'
-  std::string model = "lenet";      // lenet | vgg11 | resnet18 | resnet20 | torchscript
+  std::string model = "lenet";      // lenet | vgg11 | resnet18 | resnet20 | resnet8 | torchscript
   // torchscript: the module saved by torch.jit.script(model).save(path) (worker/models/
   // torchscript.h); YAML also takes `model: {name: torchscript, path: m.pt}`.
   std::string model_path;

@@ -208,7 +208,8 @@ std::vector<ConfigField> ConfigFields(Config& c) {
   };
   return {
       String("name", &c.name, CheckName),
-      OneOf("model", &c.model, {"lenet", "vgg11", "resnet18", "resnet20", "torchscript"}),
+      OneOf("model", &c.model,
+            {"lenet", "vgg11", "resnet18", "resnet20", "resnet8", "torchscript"}),
       String("model_path", &c.model_path),
       OneOf("dataset.name", &c.dataset.name, {"fashion-mnist", "mnist", "cifar10", "synthetic"}),
       String("dataset.path", &c.dataset.path),

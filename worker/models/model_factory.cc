@@ -13,7 +13,8 @@
 namespace gradpress::worker::models {
 
 const std::vector<std::string>& KnownModels() {
-  static const std::vector<std::string> kNames = {"lenet", "vgg11", "resnet18", "resnet20"};
+  static const std::vector<std::string> kNames = {"lenet", "vgg11", "resnet18", "resnet20",
+                                                  "resnet8"};
   return kNames;
 }
 
@@ -23,6 +24,7 @@ std::shared_ptr<Net> MakeModel(const std::string& name, int64_t in_channels, int
   if (name == "vgg11") return Vgg11(in_channels, image_size, classes).ptr();
   if (name == "resnet18") return ResNet(ResNet18Spec(), in_channels, image_size, classes).ptr();
   if (name == "resnet20") return ResNet(ResNet20Spec(), in_channels, image_size, classes).ptr();
+  if (name == "resnet8") return ResNet(ResNet8Spec(), in_channels, image_size, classes).ptr();
   std::string known;
   for (const auto& n : KnownModels()) known += (known.empty() ? "" : ", ") + n;
   GP_ENFORCE(false, "unknown model '", name, "'; known models: ", known);

@@ -56,6 +56,7 @@ ResNetSpec ResNet18Spec() {
 }
 
 ResNetSpec ResNet20Spec() { return {"resnet20", 16, {16, 32, 64}, {3, 3, 3}, Shortcut::kZeroPad}; }
+ResNetSpec ResNet8Spec() { return {"resnet8", 16, {16, 32, 64}, {1, 1, 1}, Shortcut::kZeroPad}; }
 
 ResNetImpl::ResNetImpl(const ResNetSpec& spec, int64_t in_channels, int64_t image_size,
                        int64_t classes)

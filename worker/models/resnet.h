@@ -12,6 +12,8 @@
 //   average pool, Linear 64 -> classes.
 //   3x32x32, 10 classes: 464 + 3x4,672 + (13,952 + 2x18,560) + (55,552 + 2x73,984) + 650
 //   = 269,722 parameters (1.0 MiB float32).
+// ResNet-8: ResNet-20 with one block per stage (6n + 2 layers, n = 1): 75,290 parameters at
+//   3x32x32, 75,002 at 1x28x28; a quick CNN for Fashion-MNIST (scripts/compare.sh).
 //
 // PS keys follow PyTorch's names: conv1.weight, bn1.weight, layer1.0.conv1.weight, ...,
 // layer2.0.shortcut.0.weight (option B only), linear.weight. BN buffers: see net.h.
@@ -59,6 +61,7 @@ struct ResNetSpec {
 };
 ResNetSpec ResNet18Spec();  // "resnet18": 64, {64,128,256,512}, {2,2,2,2}, kProjection
 ResNetSpec ResNet20Spec();  // "resnet20": 16, {16,32,64}, {3,3,3}, kZeroPad
+ResNetSpec ResNet8Spec();   // "resnet8": 16, {16,32,64}, {1,1,1}, kZeroPad (He et al.'s n = 1)
 
 class ResNetImpl : public Net {
  public:

@@ -37,7 +37,8 @@ TEST_CASE("every model maps a batch to [N, classes] logits", "[models]") {
                                          {"vgg11", 3, 32},
                                          {"resnet18", 3, 32},
                                          {"resnet20", 3, 32},
-                                         {"resnet20", 1, 28}}) {
+                                         {"resnet20", 1, 28},
+                                         {"resnet8", 1, 28}}) {
     INFO(c.name << " " << c.channels << "x" << c.size);
     std::shared_ptr<Net> net = MakeModel(c.name, c.channels, c.size, 10);
     CHECK(net->name() == c.name);
@@ -90,6 +91,26 @@ TEST_CASE("ResNet-20 parameter count matches the hand arithmetic (option A)", "[
   CHECK(Inspect(*net).buffer_tensors == 19 * 3);
 }
 
+TEST_CASE("ResNet-8 is ResNet-20 with one block per stage (hand arithmetic)", "[models]") {
+  auto block = [](int64_t in, int64_t out) {
+    return ConvP(in, out, 3, false) + BnP(out) + ConvP(out, out, 3, false) + BnP(out);
+  };
+  const int64_t body = block(16, 16) + block(16, 32) + block(32, 64) + LinearP(64, 10);
+  const int64_t rgb = ConvP(3, 16, 3, false) + BnP(16) + body;
+  const int64_t gray = ConvP(1, 16, 3, false) + BnP(16) + body;
+  CHECK(rgb == 75290);
+  CHECK(gray == 75002);
+  CHECK(CountParameters(*MakeModel("resnet8", 3, 32, 10)) == rgb);
+  CHECK(CountParameters(*MakeModel("resnet8", 1, 28, 10)) == gray);
+  // 7 BatchNorms; the names a PyTorch module of the same layers has.
+  std::shared_ptr<Net> net = MakeModel("resnet8", 1, 28, 10);
+  CHECK(Inspect(*net).buffer_tensors == 7 * 3);
+  const auto names = ParameterNames(*net);
+  CHECK(names.front() == "conv1.weight");
+  CHECK(std::find(names.begin(), names.end(), "layer3.0.conv2.weight") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "layer1.1.conv1.weight") == names.end());
+}
+
 TEST_CASE("VGG11-BN and ResNet-18 have the known CIFAR totals", "[models]") {
   torch::manual_seed(0);
   std::shared_ptr<Net> vgg = MakeModel("vgg11", 3, 32, 10);
@@ -115,14 +136,14 @@ TEST_CASE("MakeModel rejects unknown names and unsupported inputs", "[models]") 
   } catch (const InvalidArgument& e) {
     std::string what = e.what();
     CHECK(what.find("alexnet") != std::string::npos);
-    CHECK(what.find("lenet, vgg11, resnet18, resnet20") != std::string::npos);
+    CHECK(what.find("lenet, vgg11, resnet18, resnet20, resnet8") != std::string::npos);
   }
   CHECK_THROWS_AS(MakeModel("lenet", 1, 64, 10), InvalidArgument);
   CHECK_THROWS_AS(MakeModel("lenet", 2, 28, 10), InvalidArgument);
   CHECK_THROWS_AS(MakeModel("vgg11", 1, 28, 10), InvalidArgument);
   CHECK_THROWS_AS(MakeModel("resnet18", 3, 16, 10), InvalidArgument);
   CHECK_THROWS_AS(MakeModel("resnet20", 3, 32, 0), InvalidArgument);
-  CHECK(KnownModels().size() == 4);
+  CHECK(KnownModels().size() == 5);
 }
 
 TEST_CASE("BufferTensors finds BatchNorm statistics in a stable order", "[models]") {
@@ -224,7 +245,7 @@ TEST_CASE("LeNet overfits 64 random images", "[models]") {
 TEST_CASE("every model gates each parameter before it is read, in forward order", "[models]") {
   // The cross-barrier (worker/exchange.h) waits in these gates for a layer's new weights: a
   // parameter no gate names would be read before its bucket arrived.
-  for (const std::string name : {"lenet", "vgg11", "resnet18", "resnet20"}) {
+  for (const std::string name : {"lenet", "vgg11", "resnet18", "resnet20", "resnet8"}) {
     INFO(name);
     torch::manual_seed(0);
     auto net = MakeModel(name, 3, 32, 10);
