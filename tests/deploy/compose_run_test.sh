@@ -220,7 +220,7 @@ say "wkill: worker $(dk inspect -f '{{.Name}}' "$victim") SIGKILLed at step $at,
 finish_job wkill
 grep -q "incarnation 2\|restart 1" "$tmp/wkill"/worker-*.log || fail "wkill: no restarted worker in the logs"
 wacc=$(field "$tmp/wkill/summary.json" test_acc)
-say "wkill: each worker's final test_acc: $(grep -ho 'worker-[01] epoch [0-9]* train_acc [0-9.]* test_acc [0-9.]*' "$tmp"/wkill/worker-*.log | tail -n 2 | awk '{print $1, $NF}' | tr '\n' ' ')"
+say "wkill: each worker's final test_acc: $(for r in 0 1; do grep -o 'worker-[01] epoch [0-9]* train_acc [0-9.]* test_acc [0-9.]*' "$tmp/wkill/worker-$r.log" | tail -n 1 | awk '{printf "%s %s ", $1, $NF}'; done)"
 end_job
 check_acc wkill "$wacc"
 
@@ -233,8 +233,10 @@ kill -KILL "$(dk inspect -f '{{.State.Pid}}' "$srv")"
 wait_for '[[ $(dk inspect -f "{{.RestartCount}}" '"$srv"') -ge 1 ]]' 60 || fail "skill: the server was not restarted by its policy"
 say "skill: server SIGKILLed at step $at, restarted by restart: on-failure"
 finish_job skill
-grep -qi "restored\|resum" "$tmp/skill/server.log" || fail "skill: the restarted server did not resume a checkpoint"
-say "skill: $(grep -i "restored\|resum" "$tmp/skill/server.log" | tail -1 | cut -c1-160)"
+# The workers are told why they must register again (the server's own log is still buffered).
+resumed=$(grep -ho "the server restarted from its checkpoint of step [0-9]*" "$tmp"/skill/worker-*.log | head -1)
+[[ -n "$resumed" ]] || fail "skill: no worker was told that the server restarted from a checkpoint"
+say "skill: $resumed; both workers registered again"
 sacc=$(field "$tmp/skill/summary.json" test_acc)
 end_job
 check_acc skill "$sacc"
@@ -255,9 +257,10 @@ final=$(sed -n 's/.*final checkpoint: \(.*\)/\1/p' "$(volume_dir)/sstop/server.l
 say "sstop: docker stop at step $at: exit 0 in $t_stop2 s (grace 30 s), final checkpoint ${final##*/}"
 dk start "$srv" >/dev/null
 finish_job sstop
-grep "restored" "$tmp/sstop/server.log" | tail -1 | grep -q "${final##*/}\|at step $((10#$(basename "$final" .ckpt | sed 's/step-//')))" ||
-  fail "sstop: the started server did not restore ${final##*/}: $(grep restored "$tmp/sstop/server.log" | tail -1)"
-say "sstop: $(grep restored "$tmp/sstop/server.log" | tail -1 | sed 's/.*\] //' | cut -c1-120)"
+resumed=$(grep -ho "the server restarted from its checkpoint of step [0-9]*" "$tmp"/sstop/worker-*.log | head -1)
+[[ "$resumed" == *" step $((10#$(basename "$final" .ckpt | sed 's/^step-//')))" ]] ||
+  fail "sstop: the started server did not resume its final checkpoint ${final##*/} (workers were told: '$resumed')"
+say "sstop: docker start: $resumed"
 tacc=$(field "$tmp/sstop/summary.json" test_acc)
 end_job
 check_acc sstop "$tacc"
