@@ -240,7 +240,8 @@ TEST_CASE("wrong types and values are errors with file and line", "[config]") {
 
 TEST_CASE("a value outside its choices lists the allowed ones", "[config]") {
   CHECK(ErrorOf([] { ParseConfig("model: alexnet\n", "c.yaml"); }) ==
-        "c.yaml:1: model: 'alexnet' is not one of lenet, vgg11, resnet18, resnet20, torchscript");
+        "c.yaml:1: model: 'alexnet' is not one of lenet, vgg11, resnet18, resnet20, resnet8, "
+        "torchscript");
   CHECK(ErrorOf([] { ParseConfig("", "c", {"sync.mode=lazy"}); }) ==
         "--set sync.mode=lazy: 'lazy' is not one of sync, async");
   CHECK_THROWS_WITH(ParseConfig("device: tpu"), Catch::Contains("auto, cpu, cuda"));
