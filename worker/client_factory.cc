@@ -40,11 +40,7 @@ WorkerClient MakeWorkerClient(const Config& c, const ClientOptions& options,
   if (ShardedPsClient::Needed(*params, servers.size(), c.cluster.partition_mb)) {
     auto sharded =
         std::make_unique<ShardedPsClient>(options, servers, c.cluster.partition_mb, make);
-    sharded->set_weights_source([params] {
-      std::vector<torch::Tensor> now;
-      for (const auto& p : *params) now.push_back(p.detach());
-      return now;
-    });
+    sharded->set_weights_source([params] { return DetachedAliases(*params); });
     out.rejoin = sharded.get();
     out.codecs = sharded.get();
     out.client = std::move(sharded);

@@ -85,11 +85,7 @@ std::vector<torch::Tensor> Exchange::ZerosLikeParams() const {
   return out;
 }
 
-std::vector<torch::Tensor> Exchange::Aliases() const {
-  std::vector<torch::Tensor> out;
-  for (const auto& p : *ctx_.params) out.push_back(p.detach());
-  return out;
-}
+std::vector<torch::Tensor> Exchange::Aliases() const { return DetachedAliases(*ctx_.params); }
 
 void WriteGradients(const std::vector<torch::Tensor>& params,
                     const std::vector<torch::Tensor>& received) {

@@ -9,6 +9,7 @@
 #include <chrono>
 
 #include "common/error.h"
+#include "transport/chunks.h"
 #include "transport/grpc_process.h"
 #include "transport/status.h"
 #include "worker/grpc_calls.h"
@@ -136,8 +137,8 @@ void GrpcPsClient::Broadcast(const std::string& name, int64_t round, bool root, 
   req.set_name(name);
   req.set_round(round);
   req.set_root(root);
-  // Pieces of at most 2 MiB each way (one unary call each), so no message nears gRPC's limit.
-  constexpr uint64_t kPiece = uint64_t{2} << 20;
+  // Pieces of at most transport::kChunkBytes each way (one unary call each, as the server
+  // answers), so no message nears gRPC's limit.
   auto call = [&](uint64_t offset, proto::BroadcastReply* reply) {
     req.set_offset(offset);
     WithRetry(*impl_, opt_, "Broadcast", [&](grpc::ClientContext* ctx) {
@@ -165,7 +166,7 @@ void GrpcPsClient::Broadcast(const std::string& name, int64_t round, bool root, 
     req.set_total_bytes(data->size());
     uint64_t offset = 0;
     do {  // an empty value is one empty piece
-      const uint64_t n = std::min<uint64_t>(kPiece, data->size() - offset);
+      const uint64_t n = std::min<uint64_t>(transport::kChunkBytes, data->size() - offset);
       req.set_data(data->data() + offset, n);
       call(offset, &reply);
       offset += n;

@@ -109,6 +109,15 @@ inline std::vector<double> CallKeyLr(const StepCall& call, size_t begin, size_t 
   return {call.key_lr->begin() + begin, call.key_lr->begin() + end};
 }
 
+// Detached aliases of `params` (the same storage, outside autograd): the weights as a call
+// reads or writes them.
+inline std::vector<torch::Tensor> DetachedAliases(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> out;
+  out.reserve(params.size());
+  for (const auto& p : params) out.push_back(p.detach());
+  return out;
+}
+
 // A client over several servers (the sharded composite, sharded_ps_client.h): after a call
 // failed with LostByServer, the servers that lost this worker while the others hold the job
 // are brought back to the step, and the step runs again; nothing rolls back.

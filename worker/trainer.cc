@@ -91,9 +91,7 @@ Trainer::~Trainer() = default;
 
 std::vector<torch::Tensor> Trainer::Parameters() {
   Settle();
-  std::vector<torch::Tensor> out;
-  for (const auto& p : params_) out.push_back(p.detach());
-  return out;
+  return DetachedAliases(params_);
 }
 
 void Trainer::Connect(bool resume) {
