@@ -31,8 +31,8 @@
 #include "common/json_line.h"
 #include "common/timer.h"
 #include "compressors/registry.h"
-#include "worker/grpc_ps_client.h"
-#include "worker/sharded_ps_client.h"
+#include "worker/client/grpc_ps_client.h"
+#include "worker/client/sharded_ps_client.h"
 
 namespace gradpress::bench {
 namespace {

@@ -27,12 +27,12 @@
 #include "common/timer.h"
 #include "server/server_options.h"
 #include "server/server_runner.h"
-#include "worker/blas.h"
 #include "worker/data/dataset.h"
 #include "worker/data/sampler.h"
 #include "worker/data/transforms.h"
+#include "worker/loop/trainer.h"
+#include "worker/models/blas.h"
 #include "worker/models/model_factory.h"
-#include "worker/trainer.h"
 
 namespace gradpress::bench {
 namespace {

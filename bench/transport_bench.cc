@@ -46,7 +46,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "compressors/registry.h"
-#include "worker/grpc_ps_client.h"
+#include "worker/client/grpc_ps_client.h"
 
 namespace gradpress::bench {
 namespace {

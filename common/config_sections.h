@@ -62,7 +62,7 @@ struct SyncConfig {
   double bucket_mb = 4;
 };
 
-// Dynamic compression (worker/compression_schedule.h): the push codec moves along `ladder`
+// Dynamic compression (worker/engine/compression_schedule.h): the push codec moves along `ladder`
 // (codec specs separated by '|', fewest bits first) when training stalls.
 struct DynamicCompressionConfig {
   std::string ladder;            // "" = off
@@ -81,7 +81,7 @@ struct CompressConfig {
   double clip_norm = 0;            // > 0: clip each worker's gradient to clip_norm/sqrt(N)
   int warmup_epochs = 0;           // sparsity warm-up: density max(ratio, 0.25^(e+1))
   DynamicCompressionConfig dynamic;
-  // compress.auto (worker/auto_codecs.h): each key's push codec chosen at start among none,
+  // compress.auto (worker/engine/auto_codecs.h): each key's push codec chosen at start among none,
   // fp16 and `push` by the step model for this link, from a calibration on this worker.
   bool auto_select = false;       // yaml: compress.auto
   double link_gbps = 0;           // the link the choice is for (needed with auto)

@@ -5,7 +5,7 @@
 //
 //   std::string s = JsonLine().Int("step", 3).Num("loss", 0.25).Str("name", "x").Done();
 //
-// Shared by worker/trainer.cc and sim/, so their lines read alike.
+// Shared by worker/loop/trainer.cc and sim/, so their lines read alike.
 // Thread-safety: a value.
 #include <cmath>
 #include <cstdint>

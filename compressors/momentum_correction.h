@@ -13,7 +13,7 @@
 //
 // The server averages the sparse updates and every worker applies them with plain SGD
 // (momentum 0: it is already inside u). Local gradient clipping and the sparsity warm-up are
-// the trainer's (worker/trainer.h). The wire format is the inner codec's; Name() is its name.
+// the trainer's (worker/loop/trainer.h). The wire format is the inner codec's; Name() is its name.
 //
 //   MomentumCorrection mc(MakeCompressor(dgc_config), /*momentum=*/0.9);
 //

@@ -1,6 +1,6 @@
 #pragma once
-// gradpress-plan's calibrations: worker/calibration.h's measurement, key by key, assembled
-// into the buckets of the pipelined step (worker/bucket_scheduler.h's split of
+// gradpress-plan's calibrations: worker/engine/calibration.h's measurement, key by key, assembled
+// into the buckets of the pipelined step (worker/engine/bucket_scheduler.h's split of
 // sync.bucket_mb), one Calibration per method; and their YAML form.
 //
 //   std::vector<Calibration> c = Calibrate(config, {"none", "topk ratio=0.01"}, /*steps=*/5);
@@ -15,7 +15,7 @@
 
 #include "common/config.h"
 #include "plan/report.h"  // the step model's types, in plan's namespace
-#include "worker/calibration.h"
+#include "worker/engine/calibration.h"
 
 namespace gradpress::plan {
 

@@ -7,14 +7,14 @@
 // none, fp16 and method 5's top-k 1% + QSGD 16 with error feedback) on this machine with the
 // config's model, batch and bucket size (plan/calibration.h), or reads calibrations saved by
 // --save (--calibration FILE ...), then predicts each method's step for the cluster
-// (worker/step_model.h) and prints step ms, bytes per worker per step and the share of the step
-// that is exposed communication, the same at every rate of --rates with the rate where each
+// (worker/engine/step_model.h) and prints step ms, bytes per worker per step and the share of the
+// step that is exposed communication, the same at every rate of --rates with the rate where each
 // method's step crosses the first method's, and a suggestion. With --accuracy RUN... (finished
 // runs, one per method) and --target-acc A: each method's predicted time to A (the steps its
 // run needed, plan/accuracy.h, x its predicted step). --json: one object per method
 // and rate. --auto: instead, what compress.auto would choose for this cluster (per key, among
-// none, fp16 and the config's push codec; worker/auto_codecs.h), calibrated here. Exit 2 on bad
-// input (the reason named), 1 on other failures.
+// none, fp16 and the config's push codec; worker/engine/auto_codecs.h), calibrated here. Exit 2 on
+// bad input (the reason named), 1 on other failures.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
@@ -29,7 +29,7 @@
 #include "plan/accuracy.h"
 #include "plan/calibration.h"
 #include "plan/report.h"
-#include "worker/auto_codecs.h"
+#include "worker/engine/auto_codecs.h"
 
 int main(int argc, char** argv) {
   namespace plan = gradpress::plan;

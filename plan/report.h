@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "worker/step_model.h"
+#include "worker/engine/step_model.h"
 
 namespace gradpress::plan {
 
-// The step model (worker/step_model.h: compress.auto uses it too), in the planner's words.
+// The step model (worker/engine/step_model.h: compress.auto uses it too), in the planner's words.
 using worker::BucketProfile;
 using worker::Calibration;
 using worker::Cluster;

@@ -2,7 +2,7 @@
 """The table of `scripts/run.sh --table DIR...`: one row per run directory, from its
 summary.json and rank 0's last epoch line of metrics.jsonl. The time columns are every
 summary.json field ending in _ms, in the order the first run's summary holds them (the worker
-writes them from its one list of metrics, worker/step_metrics.cc), so a new metric shows here
+writes them from its one list of metrics, worker/client/step_metrics.cc), so a new metric shows here
 without a change to this script.
 
   summary_table.py DIR...

@@ -96,7 +96,7 @@ std::string Dashboard::RowJson(const proto::WorkerRow& r) {
   switch (r.kind()) {
     case proto::WorkerRow::STEP: {
       j.Int("step", r.step());
-      // Every metric field of the row (worker/step_metrics.cc fills them by name), in the
+      // Every metric field of the row (worker/client/step_metrics.cc fills them by name), in the
       // message's order (int32 counters only when non-zero): the fields of the other kinds of
       // row are not a step's.
       const google::protobuf::Descriptor* d = r.GetDescriptor();

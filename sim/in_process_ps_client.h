@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "server/parameter_store.h"
-#include "worker/key_codecs.h"
-#include "worker/ps_client.h"
+#include "worker/client/key_codecs.h"
+#include "worker/client/ps_client.h"
 
 namespace gradpress::sim {
 

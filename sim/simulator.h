@@ -27,7 +27,7 @@
 #include "common/config.h"
 #include "server/parameter_store.h"
 #include "worker/data/dataset.h"
-#include "worker/trainer.h"
+#include "worker/loop/trainer.h"
 
 namespace gradpress::sim {
 

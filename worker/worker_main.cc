@@ -30,9 +30,9 @@
 #include "common/logging.h"
 #include "transport/fault_injection.h"
 #include "transport/security.h"
-#include "worker/blas.h"
-#include "worker/grpc_ps_client.h"
-#include "worker/trainer.h"
+#include "worker/client/grpc_ps_client.h"
+#include "worker/loop/trainer.h"
+#include "worker/models/blas.h"
 
 namespace {
 

@@ -13,14 +13,14 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "python/src/worker_session.h"
-#include "worker/step_metrics.h"
+#include "worker/client/step_metrics.h"
 
 namespace py = pybind11;
 
 namespace gradpress::python {
 namespace {
 
-// Every reported field of a step (worker/step_metrics.h's names) and its bookkeeping.
+// Every reported field of a step (worker/client/step_metrics.h's names) and its bookkeeping.
 py::dict MetricsDict(const StepMetrics& m) {
   py::dict d;
   d["step"] = m.step;

@@ -15,10 +15,10 @@
 #include "common/json_line.h"
 #include "compressors/registry.h"
 #include "transport/security.h"
-#include "worker/blas.h"
 #include "worker/data/dataset.h"
 #include "worker/data/sampler.h"
 #include "worker/data/transforms.h"
+#include "worker/models/blas.h"
 
 namespace gradpress::python {
 namespace {
@@ -85,9 +85,9 @@ WorkerSession::WorkerSession(SessionOptions options, std::vector<std::string> na
   eo.workers = id_.workers;
   eo.params = &params_;
   eo.names = names_;
-  eo.files = &files_;
+  eo.log = &files_;
   eo.register_hooks = false;  // Python's hooks feed the buckets with the step's lr
-  // No optimizer: the Python one steps where the C++ one would (worker/exchange.h).
+  // No optimizer: the Python one steps where the C++ one would (worker/engine/exchange.h).
   engine_ = std::make_unique<worker::StepEngine>(std::move(eo),
                                                  worker::MakeWorkerClient(config_, co, &params_));
   got_.assign(params_.size(), 0);

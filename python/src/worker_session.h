@@ -1,10 +1,10 @@
 #pragma once
 // WorkerSession: the C++ half of gradpress.torch.DistributedOptimizer (python/gradpress/torch/).
 // A Python training loop's model becomes a gradpress worker through the StepEngine the C++
-// Trainer runs on (worker/step_engine.h: the client, the method's exchange, clipping, the push
-// codec's policy: compress.auto, the dynamic ladder, DGC's warm-up), never a copy of it, with
+// Trainer runs on (worker/engine/step_engine.h: the client, the method's exchange, clipping, the
+// push codec's policy: compress.auto, the dynamic ladder, DGC's warm-up), never a copy of it, with
 // the job config (common/config.h: a YAML file and overrides, identity from RANK /
-// WORLD_SIZE / GRADPRESS_SERVER) and RunFiles (worker/run_files.h) for metrics.jsonl, the
+// WORLD_SIZE / GRADPRESS_SERVER) and RunFiles (worker/loop/run_files.h) for metrics.jsonl, the
 // dashboard's rows and summary.json. The session is a thin loop, as the Trainer is: it adds
 // the Python hooks' lr and checks, and the step's timing.
 // exchange=gradients (3-5) writes the averaged gradients into p.grad for the caller's
@@ -42,9 +42,9 @@
 
 #include "common/config.h"
 #include "common/timer.h"
-#include "worker/run_files.h"
-#include "worker/step_engine.h"
-#include "worker/step_metrics.h"
+#include "worker/client/step_metrics.h"
+#include "worker/engine/step_engine.h"
+#include "worker/loop/run_files.h"
 
 namespace gradpress::python {
 

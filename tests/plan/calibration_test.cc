@@ -4,7 +4,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "worker/auto_codecs.h"
+#include "worker/engine/auto_codecs.h"
 
 namespace gradpress::plan {
 namespace {

@@ -1,6 +1,7 @@
-// The planner's step model (worker/step_model.h): hand-computed pipelines, and the properties
-// a user relies on (overlap never slower than serial, the shared server link, crossovers).
-#include "worker/step_model.h"
+// The planner's step model (worker/engine/step_model.h): hand-computed pipelines, and the
+// properties a user relies on (overlap never slower than serial, the shared server link,
+// crossovers).
+#include "worker/engine/step_model.h"
 
 #include <catch2/catch.hpp>
 

@@ -14,7 +14,7 @@
 #include "server/server_runner.h"
 #include "tests/catch_torch.h"
 #include "transport/chunks.h"
-#include "worker/grpc_ps_client.h"
+#include "worker/client/grpc_ps_client.h"
 
 namespace gradpress::testing {
 

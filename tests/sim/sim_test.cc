@@ -11,8 +11,8 @@
 #include "server/server_options.h"
 #include "sim/simulator.h"
 #include "tests/server/cluster.h"
+#include "worker/loop/trainer.h"
 #include "worker/models/net.h"
-#include "worker/trainer.h"
 
 namespace gradpress::testing {
 namespace {

@@ -20,7 +20,7 @@
 #include "tests/catch_torch.h"
 #include "tests/server/cluster.h"
 #include "transport/fault_injection.h"
-#include "worker/grpc_ps_client.h"
+#include "worker/client/grpc_ps_client.h"
 
 namespace gradpress::testing {
 

@@ -36,7 +36,7 @@ namespace gradpress::worker::models {
 // Every model derives from Net, so the trainer holds a std::shared_ptr<Net> without AnyModule.
 // Module::name() is the model's registry name ("lenet", "vgg11", "resnet18", "resnet20").
 //
-// Layer gates (BytePS's cross-barrier, worker/exchange.h): forward calls the gate, if one is
+// Layer gates (BytePS's cross-barrier, worker/engine/exchange.h): forward calls the gate, if one is
 // set, with each layer before the layer reads its parameters, in the order it runs them; every
 // parameter belongs to a gated layer. The trainer waits there for that layer's new weights, so
 // the next forward starts while later layers' are still in flight.

@@ -128,7 +128,7 @@ class DistributedOptimizer:
     metrics.jsonl (and rank 0 summary.json and config.yaml) there.
 
     Every job feature gradpress-worker runs holds here too, through the same C++ step engine
-    (worker/step_engine.h): ``compress.clip_norm`` (DGC's local clipping), the dynamic ladder
+    (worker/engine/step_engine.h): ``compress.clip_norm`` (DGC's local clipping), the dynamic ladder
     (``compress.dynamic``: pass ``train_loss`` to ``end_epoch``), DGC's warm-up
     (``compress.warmup_epochs``: call ``end_epoch`` every epoch) and ``compress.auto`` (its
     calibration trains the job's ``model``: set it to this model, e.g. as TorchScript).

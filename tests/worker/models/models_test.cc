@@ -243,7 +243,7 @@ TEST_CASE("LeNet overfits 64 random images", "[models]") {
 }
 
 TEST_CASE("every model gates each parameter before it is read, in forward order", "[models]") {
-  // The cross-barrier (worker/exchange.h) waits in these gates for a layer's new weights: a
+  // The cross-barrier (worker/engine/exchange.h) waits in these gates for a layer's new weights: a
   // parameter no gate names would be read before its bucket arrived.
   for (const std::string name : {"lenet", "vgg11", "resnet18", "resnet20", "resnet8"}) {
     INFO(name);

@@ -1,11 +1,11 @@
-// compress.auto (worker/auto_codecs.h): the per-key choice on hand-made calibrations, the
+// compress.auto (worker/engine/auto_codecs.h): the per-key choice on hand-made calibrations, the
 // buckets a choice assembles, the per-key push codecs it installs, and its config rules.
-#include "worker/auto_codecs.h"
+#include "worker/engine/auto_codecs.h"
 
 #include "common/config.h"
 #include "common/error.h"
 #include "tests/catch_torch.h"
-#include "worker/key_codecs.h"
+#include "worker/client/key_codecs.h"
 
 namespace gradpress::worker {
 namespace {

@@ -2,7 +2,7 @@
 // LibTorch's libblas.so.3; DescribeBlas names it and SetComputeThreads sets its threads with
 // LibTorch's. ctest also runs the [blas] cases with the reference BLAS put in front
 // (LD_LIBRARY_PATH, GP_EXPECT_BLAS=reference): DescribeBlas must say so.
-#include "worker/blas.h"
+#include "worker/models/blas.h"
 
 #include <ATen/Parallel.h>
 

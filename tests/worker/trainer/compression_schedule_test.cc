@@ -1,4 +1,4 @@
-#include "worker/compression_schedule.h"
+#include "worker/engine/compression_schedule.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-// The checks of device decodes that do not wait (worker/device_codecs.h: DecodeChecks, the
+// The checks of device decodes that do not wait (worker/client/device_codecs.h: DecodeChecks, the
 // StepCall::decoded a BucketScheduler hands each bucket's call): each added check runs once,
 // before the bucket's results are reported usable, and a failing one fails the step with its
 // own error. The GPU half (a malformed payload leaves its tensor unwritten) is in
@@ -10,8 +10,8 @@
 
 #include "common/error.h"
 #include "tests/catch_torch.h"
-#include "worker/bucket_scheduler.h"
-#include "worker/device_codecs.h"
+#include "worker/client/device_codecs.h"
+#include "worker/engine/bucket_scheduler.h"
 
 namespace gradpress::worker {
 namespace {

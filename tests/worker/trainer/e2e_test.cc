@@ -5,7 +5,7 @@
 #include "common/config.h"
 #include "server/server_options.h"
 #include "tests/server/cluster.h"
-#include "worker/trainer.h"
+#include "worker/loop/trainer.h"
 
 namespace gradpress::testing {
 namespace {

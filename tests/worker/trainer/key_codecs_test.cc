@@ -1,10 +1,10 @@
-// KeyCodecs (worker/key_codecs.h) on every device the build has: a call's payloads equal what
-// each key's codec writes on its own for the same floats, over steps (error feedback carries
+// KeyCodecs (worker/client/key_codecs.h) on every device the build has: a call's payloads equal
+// what each key's codec writes on its own for the same floats, over steps (error feedback carries
 // state), and a pulled payload decodes into a host or CUDA tensor to the codec's floats. On a
 // CUDA build with a GPU the gradients are CUDA tensors: the large key takes the device codec,
 // the others one batch of copies to pinned memory (CopyToHost), and decodes copy up without a
 // wait (CopyFromHost); without a GPU only the host half runs.
-#include "worker/key_codecs.h"
+#include "worker/client/key_codecs.h"
 
 #include <cstring>
 #include <memory>

@@ -10,7 +10,7 @@
 #include "server/server_options.h"
 #include "tests/server/cluster.h"
 #include "tests/worker/trainer/trainer_util.h"
-#include "worker/trainer.h"
+#include "worker/loop/trainer.h"
 
 namespace gradpress::testing {
 namespace {
@@ -123,7 +123,7 @@ sync: {mode: sync, exchange: gradients}
 TEST_CASE("compress.auto sends top-k on a slow link and more on a fast one, and trains", "[auto]") {
   // The same job, the choice made for a 100 kbit/s link and for a 10 Tbit/s one: on the
   // slow one every big key is worth top-k's encode, on the fast one no key's compression
-  // saves more than the tie (worker/auto_codecs.h): every key travels uncompressed.
+  // saves more than the tie (worker/engine/auto_codecs.h): every key travels uncompressed.
   auto job = [](double gbps) {
     return RunJob(std::string("name: auto-test") + kBase +
                   ", auto: true, link_gbps: " + std::to_string(gbps) + R"(, topology: links}

@@ -1,4 +1,4 @@
-// The pipelined step (sync.overlap, worker/bucket_scheduler.h) against the serial step: the
+// The pipelined step (sync.overlap, worker/engine/bucket_scheduler.h) against the serial step: the
 // same seeds give bit-identical weights after 20 steps for methods 1, 3, 4 and 5, with the
 // model split into several buckets that the server completes one by one.
 #include "common/config.h"
@@ -6,10 +6,10 @@
 #include "tests/catch_torch.h"
 #include "tests/server/cluster.h"
 #include "tests/worker/trainer/trainer_util.h"
-#include "worker/bucket_scheduler.h"
 #include "worker/data/sampler.h"
 #include "worker/data/transforms.h"
-#include "worker/trainer.h"
+#include "worker/engine/bucket_scheduler.h"
+#include "worker/loop/trainer.h"
 
 namespace gradpress::testing {
 namespace {

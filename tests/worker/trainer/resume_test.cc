@@ -18,8 +18,8 @@
 #include "tests/wait_for.h"
 #include "tests/worker/trainer/step_gate.h"
 #include "tests/worker/trainer/trainer_util.h"
-#include "worker/grpc_ps_client.h"
-#include "worker/trainer.h"
+#include "worker/client/grpc_ps_client.h"
+#include "worker/loop/trainer.h"
 
 namespace gradpress::testing {
 namespace {

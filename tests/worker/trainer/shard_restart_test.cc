@@ -16,7 +16,7 @@
 #include "tests/worker/data/test_util.h"
 #include "tests/worker/trainer/step_gate.h"
 #include "tests/worker/trainer/trainer_util.h"
-#include "worker/trainer.h"
+#include "worker/loop/trainer.h"
 
 namespace gradpress::testing {
 namespace {

@@ -1,4 +1,4 @@
-// Sharded servers (cluster.servers, worker/sharded_ps_client.h): two workers against 1 and 2
+// Sharded servers (cluster.servers, worker/client/sharded_ps_client.h): two workers against 1 and 2
 // gradpress servers in process give the same weights for methods 1, 3 and 5 (same seeds), with
 // parts of cut tensors (cluster.partition_mb) as keys of their own; a shard refuses a worker
 // that names another shard or another placement.
@@ -9,10 +9,10 @@
 #include "tests/catch_torch.h"
 #include "tests/server/cluster.h"
 #include "tests/worker/trainer/trainer_util.h"
+#include "worker/client/sharded_ps_client.h"
 #include "worker/data/sampler.h"
 #include "worker/data/transforms.h"
-#include "worker/sharded_ps_client.h"
-#include "worker/trainer.h"
+#include "worker/loop/trainer.h"
 
 namespace gradpress::testing {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "tests/server/cluster.h"
 #include "tests/wait_for.h"
-#include "worker/grpc_ps_client.h"
+#include "worker/client/grpc_ps_client.h"
 
 namespace gradpress::testing {
 

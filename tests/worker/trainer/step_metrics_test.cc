@@ -1,6 +1,6 @@
-// StepMetrics' merge rules and its one serialiser (worker/step_metrics.h): every reported
+// StepMetrics' merge rules and its one serialiser (worker/client/step_metrics.h): every reported
 // field reaches metrics.jsonl, the dashboard's row and summary.json by its name.
-#include "worker/step_metrics.h"
+#include "worker/client/step_metrics.h"
 
 #include <catch2/catch.hpp>
 #include <string>

@@ -9,7 +9,7 @@
 #include "tests/worker/trainer/trainer_util.h"
 #include "worker/data/sampler.h"
 #include "worker/data/transforms.h"
-#include "worker/trainer.h"
+#include "worker/loop/trainer.h"
 
 namespace gradpress::testing {
 namespace {

@@ -1,5 +1,5 @@
 // The worker's Trainer against an in-process server on 127.0.0.1:0, workers as threads.
-#include "worker/trainer.h"
+#include "worker/loop/trainer.h"
 
 #include <unistd.h>
 
@@ -13,7 +13,7 @@
 #include "tests/worker/trainer/trainer_util.h"
 #include "worker/data/sampler.h"
 #include "worker/data/transforms.h"
-#include "worker/lr_schedule.h"
+#include "worker/loop/lr_schedule.h"
 #include "worker/models/model_factory.h"
 
 namespace gradpress::testing {

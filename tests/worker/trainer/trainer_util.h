@@ -7,7 +7,7 @@
 #include "common/config.h"
 #include "tests/catch_torch.h"
 #include "tests/server/cluster.h"
-#include "worker/trainer.h"
+#include "worker/loop/trainer.h"
 
 namespace gradpress::testing {
 
