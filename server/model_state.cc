@@ -138,6 +138,23 @@ std::vector<std::tuple<size_t, int64_t, int64_t>> ModelState::Blocks(size_t firs
   return blocks;
 }
 
+std::shared_ptr<StepResult> ModelState::EncodeMomentum(int64_t step) const {
+  auto r = std::make_shared<StepResult>();
+  r->step = step;
+  r->payloads.resize(model_.size());
+  for (size_t i = 0; i < model_.size(); ++i) {
+    const std::vector<float>& m = keys_[i]->sgd.momentum_buffer;
+    if (static_cast<int64_t>(m.size()) != keys_[i]->numel) return nullptr;
+    KeyPayload& out = r->payloads[i];
+    out.key = model_[i].key;
+    out.payload.shape = model_[i].shape;
+    out.payload.dtype = model_[i].dtype;
+    out.payload.codec = "none";
+    out.payload.bytes.assign(reinterpret_cast<const char*>(m.data()), m.size() * sizeof(float));
+  }
+  return r;
+}
+
 std::shared_ptr<const StepResult> ModelState::AsyncWeights(int64_t step) const {
   return weights_result_ && weights_result_->step == step ? weights_result_ : nullptr;
 }

@@ -75,6 +75,8 @@ class ModelState {
   // (the mean), lossless or with the pull codec; `spare` (may be null) recycles buffers.
   std::shared_ptr<StepResult> Encode(int64_t step, bool weights, bool lossless, size_t first,
                                      size_t last, float scale, std::vector<std::string>* spare);
+  // The shadow SGD's momentum buffers, lossless, model order; null if a key has none yet.
+  std::shared_ptr<StepResult> EncodeMomentum(int64_t step) const;
   // Async: the weights of `step` with the pull codec, encoded once per server step (Encode,
   // by the step's writer) and kept here; null if those kept are of another step.
   std::shared_ptr<const StepResult> AsyncWeights(int64_t step) const;

@@ -154,8 +154,10 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ParameterService::PullWeights(
     return Serve(*c, [&] {
       proto::PullRequest req;
       ReadRequest(stream, &req);
-      auto r = store_->Weights(Id(req.worker_id(), req.incarnation()),
-                               std::max<int64_t>(0, req.step()), Deadline(*c), req.wait_init());
+      const WorkerId w = Id(req.worker_id(), req.incarnation());
+      auto r = req.momentum() ? store_->ShadowMomentum(w)
+                              : store_->Weights(w, std::max<int64_t>(0, req.step()), Deadline(*c),
+                                                req.wait_init());
       WriteRawResult(stream, r, 0, 0, store_);
     });
   });

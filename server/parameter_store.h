@@ -66,6 +66,11 @@ class ParameterStore : private StoreState {
   std::shared_ptr<const StepResult> Weights(const WorkerId& w, int64_t min_version = 0,
                                             Clock::time_point deadline = Clock::now(),
                                             bool wait_init = false);
+  // The momentum buffers of the shadow weights' SGD (the workers' optimizer state, sync
+  // gradient methods with sync.every 1), lossless, for a worker that rejoins from Weights().
+  // FailedPrecondition (not_initialized) where none are kept: no shadow weights, no momentum,
+  // or no step yet.
+  std::shared_ptr<const StepResult> ShadowMomentum(const WorkerId& w);
   // Method 6: waits until every live worker voted in `round`; returns the best rank
   // (highest score, ties to the lowest rank) and its score.
   std::pair<int, double> Elect(const WorkerId& w, int64_t round, double score,

@@ -41,6 +41,24 @@ std::shared_ptr<const StepResult> ParameterStore::Weights(const WorkerId& w, int
   return r;
 }
 
+std::shared_ptr<const StepResult> ParameterStore::ShadowMomentum(const WorkerId& w) {
+  std::unique_lock<std::mutex> lock(mu_);
+  CheckWorker(w);
+  GP_REFUSE(FailedPrecondition, Reason::kNotInitialized,
+            opt_.shadow_weights && opt_.shadow_sgd.momentum != 0,
+            "the server keeps no optimizer momentum (server.shadow_weights with a momentum, "
+            "sync gradient methods with sync.every 1)");
+  GP_REFUSE(FailedPrecondition, Reason::kNotInitialized, model_.initialized,
+            "the server has no weights yet");
+  KeyHold hold(&holds_, &lock, &step_cv_, KeyHolds::kRead);  // no finalize steps them meanwhile
+  const int64_t step = step_;
+  std::shared_ptr<StepResult> r;
+  Unlocked(&lock, [&] { r = model_.EncodeMomentum(step); });
+  GP_REFUSE(FailedPrecondition, Reason::kNotInitialized, r != nullptr,
+            "the server's shadow weights have taken no step yet (no momentum)");
+  return r;
+}
+
 std::pair<int, double> ParameterStore::Elect(const WorkerId& w, int64_t round, double score,
                                              Clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mu_);

@@ -113,6 +113,13 @@ void InProcessPsClient::PullWeights(std::vector<torch::Tensor>* params, int64_t 
   codecs_->DecodeAll(r->payloads, params, &bytes, 0, codecs_->model().size());
 }
 
+void InProcessPsClient::PullMomentum(std::vector<torch::Tensor>* buffers) {
+  codecs_->CheckTensors(*buffers, "PullMomentum");
+  const auto r = store_->ShadowMomentum(id_);
+  uint64_t bytes = 0;
+  codecs_->DecodeAll(r->payloads, buffers, &bytes, 0, codecs_->model().size());
+}
+
 std::string InProcessPsClient::StatsText() { return store_->Stats().Prometheus(); }
 
 void InProcessPsClient::AwaitInitWeights(std::vector<torch::Tensor>* params) {

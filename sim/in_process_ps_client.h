@@ -45,6 +45,7 @@ class InProcessPsClient : public worker::PsClient {
   std::pair<int, double> Elect(int64_t round, double score) override;
   void PublishWeights(int64_t round, const std::vector<torch::Tensor>& params) override;
   void PullWeights(std::vector<torch::Tensor>* params, int64_t min_version = 0) override;
+  void PullMomentum(std::vector<torch::Tensor>* buffers) override;
   std::string StatsText() override;
   void Broadcast(const std::string& name, int64_t round, bool root, std::string* data) override;
 

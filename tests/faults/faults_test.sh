@@ -201,7 +201,7 @@ worker_kill() {
     a=$(acc "$d")
     within_point "$a" "$base_acc" || fail "worker_kill: accuracy $a vs baseline $base_acc"
     row "worker SIGKILLed at step $at, restarted (--resume auto, incarnation 2)" "completed" \
-      "$lost (rejoined at server step $resumed; weights from the server, optimizer state and residuals from its step-$from checkpoint)" \
+      "$lost (rejoined at server step $resumed; weights and optimizer momentum from the server, residuals from its step-$from checkpoint)" \
       "$(points "$a" "$base_acc") pts (test acc $a)" \
       "bash tests/faults/faults_test.sh build worker_kill"
   else

@@ -4,10 +4,13 @@
 // thread-safe): the threads record what they saw.
 #include <stdlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -152,6 +155,80 @@ TEST_CASE("concurrent finalizes, checkpoints and readers give the serial run's b
           ReadCheckpoint(serial_files[i].second).sections);
   }
   CHECK(concurrent.store->SaveCheckpoint().sections == serial.store->SaveCheckpoint().sections);
+}
+
+// A worker that rejoins from the shadow weights takes the shadow SGD's momentum with them
+// (StepEngine::AdoptServerWeights): the buffers are the workers' own update's, buf = 0.9 buf
+// + mean, the first step's buf the mean; refused (not_initialized) before a step and where
+// the shadow has no momentum.
+TEST_CASE("the shadow momentum is the workers' SGD momentum of the step means", "[server]") {
+  compressors::RegisterBuiltinCompressors();
+  const std::vector<TensorSpec> model = {{"a", {300}}, {"b", {7}}};
+  auto grads = [&](int w, int64_t step) {
+    std::vector<KeyPayload> out;
+    for (const auto& spec : model) {
+      std::vector<float> v(spec.shape[0]);
+      for (size_t e = 0; e < v.size(); ++e)
+        v[e] = static_cast<float>((e * 11 + w * 3 + step * 5) % 13) * 0.25f - 1.5f;
+      out.push_back({spec.key,
+                     {"none", spec.shape, compressors::DType::kFloat32,
+                      std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4)}});
+    }
+    return out;
+  };
+  auto make = [&](double momentum) {
+    server::StoreOptions o;
+    o.workers = 2;
+    o.stats_every = 0;
+    o.min_numel = 0;
+    o.shadow_weights = true;
+    o.shadow_sgd = {0.1, momentum, 0.0, false};
+    auto store = std::make_unique<ParameterStore>(o);
+    for (int w = 0; w < 2; ++w) store->Register(Worker(w), model, "job");
+    store->InitWeights(Worker(0), grads(0, 99));
+    return store;
+  };
+  auto reason = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.reason();
+    }
+    return Reason::kUnspecified;
+  };
+  auto store = make(0.9);
+  CHECK(reason([&] { store->ShadowMomentum(Worker(1)); }) == Reason::kNotInitialized);
+  std::vector<std::vector<float>> want(model.size());
+  for (int64_t step = 0; step < 3; ++step) {
+    for (int w = 0; w < 2; ++w) store->PushPull(Worker(w), step, 0, grads(w, step), Soon(), false);
+    store->Pull(Worker(0), step, Soon());
+    const auto g0 = grads(0, step), g1 = grads(1, step);
+    for (size_t k = 0; k < model.size(); ++k) {
+      const float* a = reinterpret_cast<const float*>(g0[k].payload.bytes.data());
+      const float* b = reinterpret_cast<const float*>(g1[k].payload.bytes.data());
+      want[k].resize(model[k].shape[0]);
+      for (size_t e = 0; e < want[k].size(); ++e) {
+        const float mean = (a[e] + b[e]) * 0.5f;
+        want[k][e] = step == 0 ? mean : 0.9f * want[k][e] + mean;
+      }
+    }
+  }
+  const auto got = store->ShadowMomentum(Worker(1));
+  REQUIRE(got->payloads.size() == model.size());
+  double worst = 0;
+  for (size_t k = 0; k < model.size(); ++k) {
+    const auto& p = got->payloads[k].payload;
+    CHECK(p.codec == "none");
+    REQUIRE(p.bytes.size() == want[k].size() * 4);
+    const float* m = reinterpret_cast<const float*>(p.bytes.data());
+    for (size_t e = 0; e < want[k].size(); ++e)
+      worst = std::max(worst, static_cast<double>(std::abs(m[e] - want[k][e])));
+  }
+  CHECK(worst < 1e-6);
+  auto plain = make(0.0);
+  for (int w = 0; w < 2; ++w) plain->PushPull(Worker(w), 0, 0, grads(w, 0), Soon(), false);
+  plain->Pull(Worker(0), 0, Soon());
+  CHECK(reason([&] { plain->ShadowMomentum(Worker(1)); }) == Reason::kNotInitialized);
 }
 
 }  // namespace

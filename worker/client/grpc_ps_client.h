@@ -52,6 +52,7 @@ class GrpcPsClient : public PsClient {
   std::pair<int, double> Elect(int64_t round, double score) override;
   void PublishWeights(int64_t round, const std::vector<torch::Tensor>& params) override;
   void PullWeights(std::vector<torch::Tensor>* params, int64_t min_version = 0) override;
+  void PullMomentum(std::vector<torch::Tensor>* buffers) override;
   std::string StatsText() override;
   void Broadcast(const std::string& name, int64_t round, bool root, std::string* data) override;
 
@@ -64,7 +65,9 @@ class GrpcPsClient : public PsClient {
 
  private:
   bool UploadWeights(bool publish, int64_t round, const std::vector<torch::Tensor>& params);
-  void ReadWeights(std::vector<torch::Tensor>* params, int64_t min_version, bool wait_init);
+  // PullWeights' call: the weights, or (momentum) the server's shadow momentum buffers.
+  void ReadWeights(std::vector<torch::Tensor>* params, int64_t min_version, bool wait_init,
+                   bool momentum = false);
   void StartHeartbeats();
   ClientOptions opt_;
   std::unique_ptr<KeyCodecs> owned_codecs_;

@@ -118,14 +118,19 @@ void GrpcPsClient::PullWeights(std::vector<torch::Tensor>* params, int64_t min_v
   ReadWeights(params, min_version, /*wait_init=*/false);
 }
 
+void GrpcPsClient::PullMomentum(std::vector<torch::Tensor>* buffers) {
+  ReadWeights(buffers, 0, /*wait_init=*/false, /*momentum=*/true);
+}
+
 void GrpcPsClient::ReadWeights(std::vector<torch::Tensor>* params, int64_t min_version,
-                               bool wait_init) {
+                               bool wait_init, bool momentum) {
   codecs_->CheckTensors(*params, "PullWeights");
   proto::PullRequest req;
   req.set_worker_id(opt_.worker_id);
   req.set_incarnation(opt_.incarnation);
   req.set_step(min_version);
   req.set_wait_init(wait_init);
+  req.set_momentum(momentum);
   std::unique_ptr<ResultReader> got;
   WithRetry(*impl_, opt_, "PullWeights", [&](grpc::ClientContext* ctx) {
     transport::RawCall call(impl_->raw.get(), transport::MethodPath("PullWeights"), ctx);

@@ -77,6 +77,11 @@ class PsClient {
   virtual void PublishWeights(int64_t round, const std::vector<torch::Tensor>& params) = 0;
   // The server's weights into `params`, once their version is at least min_version.
   virtual void PullWeights(std::vector<torch::Tensor>* params, int64_t min_version = 0) = 0;
+  // The momentum buffers of the server's shadow SGD (the workers' own optimizer state, sync
+  // gradient methods with sync.every 1) into `buffers` (shaped as the parameters), for a
+  // worker that rejoins from the server's weights. FailedPrecondition (not_initialized)
+  // where the server keeps none.
+  virtual void PullMomentum(std::vector<torch::Tensor>* buffers) = 0;
   virtual std::string StatsText() = 0;  // the server's counters, Prometheus text
   // A root worker's bytes to the others, under `name` (the server's Broadcast, shard 0's with
   // several): the root (root true) sends *data as the name's value of `round`; the others wait

@@ -355,6 +355,14 @@ void ShardedPsClient::PullWeights(std::vector<torch::Tensor>* params, int64_t mi
   });
 }
 
+void ShardedPsClient::PullMomentum(std::vector<torch::Tensor>* buffers) {
+  torch::NoGradGuard no_grad;
+  ForShards([&](int s) {
+    std::vector<torch::Tensor> views = Views(s, *buffers);
+    shards_[s]->PullMomentum(&views);
+  });
+}
+
 std::string ShardedPsClient::StatsText() {
   std::string out;
   for (size_t s = 0; s < shards_.size(); ++s)

@@ -59,6 +59,7 @@ class ShardedPsClient : public PsClient, public CodecState, public ShardRejoin {
   std::pair<int, double> Elect(int64_t round, double score) override;
   void PublishWeights(int64_t round, const std::vector<torch::Tensor>& params) override;
   void PullWeights(std::vector<torch::Tensor>* params, int64_t min_version = 0) override;
+  void PullMomentum(std::vector<torch::Tensor>* buffers) override;
   std::string StatsText() override;
   // On shard 0 (the job's one place for a broadcast).
   void Broadcast(const std::string& name, int64_t round, bool root, std::string* data) override;

@@ -104,6 +104,36 @@ void StepEngine::Reset(int64_t server_step) {
   step_ = exchange_->Reset(server_step);
 }
 
+void StepEngine::AdoptServerWeights(int64_t server_step) {
+  std::vector<torch::Tensor> weights = DetachedAliases(*opt_.params);
+  client_.client->PullWeights(&weights);
+  AdoptServerMomentum();
+  Reset(server_step);  // method 6: the anchor is the server's weights
+}
+
+void StepEngine::AdoptServerMomentum() {
+  const Config& c = *opt_.config;
+  auto* sgd = dynamic_cast<torch::optim::SGD*>(opt_.optimizer);
+  if (sgd == nullptr || c.sync.every != 1 || c.compress.momentum_correction > 0) return;
+  for (auto& group : sgd->param_groups())
+    if (static_cast<torch::optim::SGDOptions&>(group.options()).momentum() == 0) return;
+  std::vector<torch::Tensor> buffers;
+  for (const auto& p : *opt_.params) buffers.push_back(torch::empty_like(p).contiguous());
+  try {
+    client_.client->PullMomentum(&buffers);
+  } catch (const Error& e) {
+    if (e.reason() != Reason::kNotInitialized) throw;
+    spdlog::warn("worker-{}: keeps its own optimizer momentum ({})", opt_.rank, e.what());
+    return;
+  }
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    auto state = std::make_unique<torch::optim::SGDParamState>();
+    state->momentum_buffer(buffers[i]);
+    sgd->state()[c10::guts::to_string((*opt_.params)[i].unsafeGetTensorImpl())] = std::move(state);
+  }
+  spdlog::info("worker-{}: took the server's optimizer momentum with its weights", opt_.rank);
+}
+
 void StepEngine::Gradient(size_t key, const torch::Tensor& grad) {
   GP_ENFORCE(feeds(), "StepEngine::Gradient: this step takes its gradients from p.grad");
   feed_->Gradient(key, grad);

@@ -113,6 +113,12 @@ class StepEngine {
 
   // Resume and rejoin: go on from the server's step with the current parameters.
   void Reset(int64_t server_step);
+  // A worker whose own state is older than the server's step (server.shadow_weights) goes
+  // on from the server's copy of the workers' weights and, where the server's shadow SGD is
+  // the local optimizer's (torch SGD with momentum, sync.every 1, no momentum correction),
+  // its momentum buffers too, so the restarted replica holds what the others hold; then
+  // Reset(server_step). Without the server's momentum (none kept yet) it keeps its own.
+  void AdoptServerWeights(int64_t server_step);
   // A checkpoint's counters (its tensors were read into State().tensors in place).
   void Restore(int64_t step, int64_t server_step, int64_t since_exchange);
   ExchangeState State() { return exchange_->State(step_); }
@@ -129,6 +135,7 @@ class StepEngine {
 
  private:
   void ChooseCodecs();         // compress.auto: calibrates, chooses per key and logs it
+  void AdoptServerMomentum();  // AdoptServerWeights' optimizer state
   // The ladder's decision as the push codec (epoch -1: the start).
   void SetPushCodec(const CompressionDecision& d, int64_t epoch);
 

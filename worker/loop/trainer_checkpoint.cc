@@ -160,8 +160,9 @@ void Trainer::Resume(int64_t server_step) {
   const bool shadow = engine_->traits().server_weights == ExchangeTraits::ServerWeights::kShadow;
   if (shadow) {
     // Gradient methods with server.shadow_weights: the server holds the weights every worker
-    // holds. Go on from this worker's newest checkpoint (optimizer momentum, residuals, RNG:
-    // server_step - its step steps old) with the server's current weights and step. A
+    // holds. Go on from this worker's newest checkpoint (residuals, RNG: server_step - its
+    // step steps old) with the server's current weights, momentum (where it keeps the
+    // workers' optimizer's: StepEngine::AdoptServerWeights) and step. A
     // checkpoint newer than the server's step (the server fell back past it) is the last
     // choice: its optimizer state comes from steps the server no longer has.
     std::optional<Checkpoint> newest =
@@ -169,13 +170,11 @@ void Trainer::Resume(int64_t server_step) {
     if (!newest) newest = LoadLatestCheckpoint(checkpoint_dir_);
     GP_ENFORCE(newest.has_value(), "no readable checkpoint in ", checkpoint_dir_);
     RestoreCheckpoint(*newest);
-    std::vector<torch::Tensor> weights = Parameters();
-    engine_->client().PullWeights(&weights);
-    engine_->Reset(server_step);  // method 6: the anchor is the server's weights
+    engine_->AdoptServerWeights(server_step);  // and the server's momentum, where it keeps it
     last_checkpoint_ = -1;
     spdlog::warn(
         "worker-{}: no checkpoint of server step {} in {} (it has steps {}): resumed from {} "
-        "with the server's weights of step {} (optimizer state and residuals {} steps old)",
+        "with the server's weights of step {} (residuals {} steps old)",
         opt_.rank, server_step, checkpoint_dir_, have, newest->path, server_step,
         server_step - newest->step);
     return;
@@ -232,9 +231,7 @@ int64_t Trainer::Rejoin(const Error& why) {
   Connect(/*resume=*/has_checkpoints);  // the checkpoint of the server's step, if any
   if (!has_checkpoints && shadow) {
     // No checkpoint: go on from the server's copy of the workers' weights.
-    std::vector<torch::Tensor> weights = Parameters();
-    engine_->client().PullWeights(&weights);
-    engine_->Reset(server_step());  // method 6: the anchor is the server's weights
+    engine_->AdoptServerWeights(server_step());
   }
   const int64_t lost = std::max<int64_t>(0, before - step());
   spdlog::warn("worker-{}: rejoined at step {} ({} steps rolled back)", opt_.rank, step(), lost);

@@ -67,6 +67,7 @@ class CheckingClient : public PsClient {
   std::pair<int, double> Elect(int64_t, double) override { return {0, 0}; }
   void PublishWeights(int64_t, const std::vector<torch::Tensor>&) override {}
   void PullWeights(std::vector<torch::Tensor>*, int64_t) override {}
+  void PullMomentum(std::vector<torch::Tensor>*) override {}
   std::string StatsText() override { return {}; }
   void Broadcast(const std::string&, int64_t, bool, std::string*) override {}
 
