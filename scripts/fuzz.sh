@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Fuzzes the code that reads bytes from the network or a file: raw push streams against a
 # real ParameterStore, every codec's Decode and LoadState, the unary requests, the YAML
-# config (fuzz/*.cc says what each target covers). Builds build-fuzz with clang-14 and
+# config, the HTTP port's parser, router and endpoint (fuzz/*.cc says what each target covers). Builds build-fuzz with clang-14 and
 # -fsanitize=fuzzer,address,undefined (-fno-sanitize-recover=all), writes each target's seed
 # corpus with the project's own encoders (valid pushes, payloads and requests for every
 # codec; configs/*.yaml for the config), then runs every target for its share of the time.
 #
 #   scripts/fuzz.sh                   # 60 s in total, split evenly across the targets
 #   scripts/fuzz.sh --seconds 600     # longer
-#   scripts/fuzz.sh --target push     # one target (decode, push, messages, config)
+#   scripts/fuzz.sh --target push     # one target (decode, push, messages, config, http)
 #
 # Exit status: 0 clean; 1 a crash, leak, timeout (> 10 s per input), out-of-memory
 # (> 2 GiB) or undefined behaviour, with the artifact kept in build-fuzz/artifacts/ and the
@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=60
-targets=(decode push messages config)
+targets=(decode push messages config http)
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --seconds) seconds=$2; shift 2 ;;

@@ -18,6 +18,9 @@ namespace {
 
 constexpr size_t kMaxHead = 16384, kMaxTarget = 2048;
 constexpr double kHeadSeconds = 2;
+// An answer has kSendSeconds in all to go out (a client may take it a byte at a time, each
+// within the socket's 1 s send timeout); the drain after it, kDrainSeconds.
+constexpr double kSendSeconds = 5, kDrainSeconds = 1;
 using Clock = std::chrono::steady_clock;
 
 const char* Reason(int status) {
@@ -278,7 +281,9 @@ bool HttpEndpoint::ServeOne(int c) {
   }
   if (head_only) resp.stream = nullptr;
   const std::string out = FormatHttpResponse(resp, head_only);
+  const auto send_deadline = Clock::now() + std::chrono::duration<double>(kSendSeconds);
   for (size_t sent = 0; sent < out.size();) {
+    if (Clock::now() >= send_deadline) return false;  // a client that reads too slowly
     const ssize_t n = ::send(c, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
     if (n <= 0) return false;  // gone, or not reading for 1 s
     sent += static_cast<size_t>(n);
@@ -293,7 +298,10 @@ bool HttpEndpoint::ServeOne(int c) {
     return true;
   }
   ::shutdown(c, SHUT_WR);  // then drain what the client still sends, so close sends no reset
-  for (size_t drained = 0; drained < (1 << 16);) {
+  // Bounded in bytes and in time: a client that keeps sending a byte a second must not hold
+  // the endpoint.
+  const auto drain_deadline = Clock::now() + std::chrono::duration<double>(kDrainSeconds);
+  for (size_t drained = 0; drained < (1 << 16) && Clock::now() < drain_deadline;) {
     const ssize_t n = ::recv(c, buf, sizeof(buf), 0);
     if (n <= 0) break;
     drained += static_cast<size_t>(n);

@@ -1,9 +1,11 @@
 #pragma once
 // HttpEndpoint: the server's small HTTP/1.0 port (server.metrics_port): Prometheus text on
 // /metrics and the dashboard (server/dashboard.h). One thread serves one connection at a time
-// with 1 s read and write timeouts and 2 s in all for a request's head, so a slow or stalled
-// client costs the page at most that and never the gRPC server; it answers malformed requests
-// itself (400, 405, 408, 414, 431).
+// with 1 s read and write timeouts, 2 s in all for a request's head, 5 s for the answer to go
+// out and 1 s to drain what the client sends after its head (at most 64 KiB), so a slow,
+// stalled or chatty client costs the page at most about 8 s and never the gRPC server; it
+// answers malformed requests itself (400, 405, 408, 414, 431) and closes the connection.
+// fuzz/http_fuzz.cc fuzzes the parser, the router and the endpoint.
 // A streamed answer (HttpResponse::stream: the dashboard's api/stream) stays open on the same
 // thread, which sends its chunks between other requests without blocking on them: at most
 // kMaxStreams at once (then 503); a client that takes nothing for kStallSeconds, or closes,

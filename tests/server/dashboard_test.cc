@@ -247,6 +247,84 @@ TEST_CASE("http: a silent, dripping or oversized client does not stall the endpo
   http.Stop();
 }
 
+TEST_CASE("http: a client that keeps sending after its head, or reads its answer slowly, is let go",
+          "[dashboard]") {
+  server::ParameterStore store(server::StoreOptions{});
+  Dashboard d({"job", "", 0, 1}, &store);
+  std::vector<proto::WorkerRow> rows;
+  for (int i = 0; i < 20000; ++i) {
+    rows.push_back(StepRow(i % 8, i, 1.0));
+    rows.back().set_push_codec(std::string(190, 'c'));
+  }
+  d.Add(Rows(rows));
+  server::HttpEndpoint http([&](const HttpRequest& r) { return d.Handle(r); });
+  const int port = http.Start("127.0.0.1", 0);
+
+  // Chatty: a byte every 100 ms after its head, for up to 30 s. It gets its answer, and the
+  // connection is closed within the drain's bound (1 s), not after 64 KiB of bytes.
+  {
+    const int fd = Open(port, "GET /api/workers HTTP/1.0\r\n\r\n");
+    REQUIRE(fd >= 0);
+    const auto start = std::chrono::steady_clock::now();
+    std::string got;
+    bool closed = false;
+    char buf[4096];
+    while (!closed && std::chrono::steady_clock::now() - start < std::chrono::seconds(30)) {
+      if (::send(fd, "x", 1, MSG_NOSIGNAL) != 1) break;  // reset: the endpoint closed
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n > 0) got.append(buf, static_cast<size_t>(n));
+      closed = n <= 0;
+    }
+    const auto held = std::chrono::steady_clock::now() - start;
+    ::close(fd);
+    CHECK(got.rfind("HTTP/1.0 200 OK", 0) == 0);
+    CHECK(held < std::chrono::seconds(10));
+  }
+
+  // Slow reader: takes an answer of some MB (20000 rows) 1 KiB every 100 ms, through a small
+  // receive window. The endpoint gives up on it after 5 s, so another client is answered
+  // meanwhile.
+  Event reading, done;
+  auto slow = std::async(std::launch::async, [&] {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    int small = 4096;
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    const std::string req = "GET /api/rows?limit=20000 HTTP/1.0\r\n\r\n";
+    size_t total = 0;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+        ::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+      char buf[1024];
+      while (!done.IsSet()) {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 100) <= 0) continue;
+        const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+        if (n <= 0) break;
+        total += static_cast<size_t>(n);
+        reading.Set();
+        done.Wait(std::chrono::milliseconds(100));
+      }
+    }
+    ::close(fd);
+    return total;
+  });
+  REQUIRE(reading.Wait());
+  const auto asked = std::chrono::steady_clock::now();
+  const std::string answer = Ask(port, "GET /api/workers HTTP/1.0\r\n\r\n");
+  const auto waited = std::chrono::steady_clock::now() - asked;
+  done.Set();
+  const size_t taken = slow.get();
+  CHECK(answer.rfind("HTTP/1.0 200 OK", 0) == 0);
+  CHECK(waited < std::chrono::seconds(10));
+  CHECK(taken < 20000u * 200);  // it was cut off, not served whole
+  http.Stop();
+}
+
 TEST_CASE("http: api/stream sends an answer a period on one open connection, between requests",
           "[dashboard]") {
   server::ParameterStore store(server::StoreOptions{});
