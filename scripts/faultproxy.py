@@ -18,6 +18,7 @@ UNAVAILABLE and retries. It does not drop individual packets; packet loss as suc
 emulated (the kernel has no netem), only its visible effects: delay (--delay-ms /
 --jitter-ms) and resets.
 
+SIGUSR1 resets every open connection at once (scripts/soak.sh's "connection resets" fault).
 Stops on SIGTERM/SIGINT. Prints one line per reset and a summary on exit to stderr.
 """
 import argparse
@@ -67,6 +68,9 @@ class Link:
         self.a, self.b, self.args, self.rng, self.stats = a, b, args, rng, stats
         self.dead = threading.Event()
         self.lock = threading.Lock()
+
+    def alive(self):
+        return not self.dead.is_set()
 
     def kill(self, reset):
         with self.lock:
@@ -168,8 +172,20 @@ def main():
               f"forwarded, {stats.resets} resets injected", file=sys.stderr, flush=True)
         sys.exit(0)
 
+    links = []  # the accept loop's; SIGUSR1 runs on the same (main) thread
+
+    def reset_all(*_):
+        live = [link for link in links if link.alive()]
+        links[:] = live
+        for link in live:
+            link.kill(True)
+        with stats.lock:
+            stats.resets += len(live)
+        print(f"faultproxy: reset {len(live)} connections (SIGUSR1)", file=sys.stderr, flush=True)
+
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGUSR1, reset_all)
     while True:
         client, _ = srv.accept()
         try:
@@ -183,7 +199,9 @@ def main():
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with stats.lock:
             stats.conns += 1
-        Link(client, upstream, args, rng, stats).start()
+        link = Link(client, upstream, args, rng, stats)
+        links[:] = [x for x in links if x.alive()] + [link]
+        link.start()
 
 
 if __name__ == "__main__":

@@ -142,6 +142,7 @@ std::string Dashboard::RowJson(const proto::WorkerRow& r) {
 }
 
 void Dashboard::Add(const google::protobuf::RepeatedPtrField<proto::WorkerRow>& rows) {
+  if (opt_.max_rows == 0) return;  // kept for nobody
   std::vector<std::string> json;
   for (int i = 0; i < std::min(rows.size(), kMaxRowsPerPush); ++i) {
     if (rows[i].rank() < 0 || rows[i].step() < 0) continue;

@@ -42,13 +42,16 @@ struct DashboardOptions {
   std::string job;    // the config's name
   std::string token;  // required for the page and /api; empty: none
   int shard = 0, shards = 1;
-  size_t max_rows = 200000;  // oldest rows dropped beyond this
+  // Oldest rows dropped beyond this; 0 keeps none (a server without an HTTP port: nobody
+  // could read them, and they would grow its memory by ~300 bytes a worker a step).
+  size_t max_rows = 200000;
 };
 
 class Dashboard {
  public:
   Dashboard(DashboardOptions options, const ParameterStore* store);
   void set_job(const std::string& job) { opt_.job = job; }  // before the port serves
+  void set_max_rows(size_t n) { opt_.max_rows = n; }        // before the server starts
   bool needs_token() const { return !opt_.token.empty(); }
 
   // A push's rows from `worker` (registered: the store accepted its push), as JSON rows.

@@ -63,6 +63,7 @@ PushPullResult StoreState::AsyncPush(PushState& st) {
     weights = model_.Encode(next, /*weights=*/true, false, 0, model_.size(), 1.f, nullptr);
   });
   stats_.bytes_in += st.bytes;
+  ++stats_.pushes_applied;
   ws.async_step = st.step;
   step_ = next;
   agg_.SetStep(step_);
@@ -117,6 +118,7 @@ void StoreState::MaybeFinalize(Lane& lane, std::unique_lock<std::mutex>* lock) {
     Unlocked(lock, [&] { result = Aggregation::Compute(lane, &closing, &model_, opt_, &pool_); });
   }
   Aggregation::Publish(lane, closing, result);
+  stats_.pushes_applied += static_cast<uint64_t>(result->contributors);
   total_server_ms_ += result->server_ms;
   step_cv_.notify_all();
   if (!agg_.Even()) return;  // the step is complete once its last bucket is
@@ -234,6 +236,8 @@ std::string StoreStats::Prometheus() const {
      << "# TYPE gradpress_bytes_out_total counter\ngradpress_bytes_out_total " << bytes_out
      << "\n# TYPE gradpress_live_workers gauge\ngradpress_live_workers " << live_workers << "\n"
      << "# TYPE gradpress_step_server_ms gauge\ngradpress_step_server_ms " << mean_server_ms
+     << "\n# TYPE gradpress_pushes_applied_total counter\ngradpress_pushes_applied_total "
+     << pushes_applied
      << "\n# TYPE gradpress_duplicate_pushes_total counter\ngradpress_duplicate_pushes_total "
      << duplicates << "\n# TYPE gradpress_faults_injected_total counter\n"
      << "gradpress_faults_injected_total " << faults_injected << "\n"

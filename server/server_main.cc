@@ -97,6 +97,9 @@ int main(int argc, char** argv) {
     if (restore) runner.store().RestoreCheckpoint(*restore);
     std::signal(SIGTERM, OnSignal);
     std::signal(SIGINT, OnSignal);
+    // Without the HTTP port nobody reads the dashboard's rows: none are kept (scripts/soak.sh
+    // found them growing the server's memory by ~300 bytes a worker a step).
+    if (config.server.metrics_port <= 0) runner.dashboard().set_max_rows(0);
     const int port = runner.Start(listen);
     // The dashboard's URL is logged before "listening on": launchers that wait for that line
     // find the URL already written.
@@ -134,8 +137,8 @@ int main(int argc, char** argv) {
       spdlog::error("final checkpoint failed: {}", e.what());
     }
     const auto s = runner.store().Stats();
-    spdlog::info("served {} steps, {:.1f} MB in, {:.1f} MB out", s.steps, s.bytes_in / 1e6,
-                 s.bytes_out / 1e6);
+    spdlog::info("served {} steps, {:.1f} MB in, {:.1f} MB out, {} pushes applied, {} duplicates",
+                 s.steps, s.bytes_in / 1e6, s.bytes_out / 1e6, s.pushes_applied, s.duplicates);
     return 0;
   } catch (const gradpress::Error& e) {
     std::cerr << "gradpress-server: " << e.what() << std::endl;

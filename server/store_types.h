@@ -79,6 +79,10 @@ struct StoreStats {
   uint64_t bytes_out = 0;  // payload bytes sent (counted by the transport)
   int live_workers = 0;
   std::map<std::string, uint64_t> rejected;  // by reason
+  // Pushes in a completed step: sync, the contributors of each bucket's finalized lane (a push
+  // into a step the process did not complete is not counted); async, each applied push. Never
+  // a duplicate. scripts/soak.sh checks it against the steps the workers logged.
+  uint64_t pushes_applied = 0;
   uint64_t duplicates = 0;       // pushes of an applied (worker, incarnation, step): acknowledged
   uint64_t faults_injected = 0;  // calls answered UNAVAILABLE by the server's fault injector
   double mean_server_ms = 0;     // apply + finalize per step, mean

@@ -154,6 +154,10 @@ TEST_CASE("dashboard: rows as metrics.jsonl JSON, paged by since; the oldest dro
   CHECK(later.find("\"loss\": 9") == std::string::npos);
   CHECK(d.RowsJson(4, 10).find("\"rows\": []") != std::string::npos);
   CHECK(d.RowsJson(99, 10).find("\"next\": 4") != std::string::npos);  // past the end: nothing
+  // max_rows 0 (a server without an HTTP port): nothing kept.
+  Dashboard none({"job", "", 0, 1, /*max_rows=*/0}, &store);
+  none.Add(Rows({StepRow(0, 0, 2.5), StepRow(1, 0, 2.25)}));
+  CHECK(none.RowsJson(0, 10).find("\"next\": 0, \"dropped\": 0, \"end\": 0") != std::string::npos);
 }
 
 TEST_CASE("dashboard: a step's row costs a push about a hundred bytes", "[dashboard]") {

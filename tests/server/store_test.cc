@@ -50,6 +50,7 @@ TEST_CASE("sync, 4 workers, codec none: each worker receives the mean", "[server
     }
   }
   CHECK(c.runner.store().step() == 5);
+  CHECK(c.runner.store().Stats().pushes_applied == 4 * 5);  // scripts/soak.sh's accounting
 }
 
 TEST_CASE("exchange=weights: server SGD with momentum matches a reference loop", "[server]") {
@@ -171,6 +172,9 @@ TEST_CASE("async: every push applied exactly once, staleness bounded", "[server]
     }
   });
   CHECK(duplicates == std::vector<int>{10, 10});
+  const auto stats = c.runner.store().Stats();
+  CHECK(stats.pushes_applied == 20);  // the duplicates acknowledged, not counted
+  CHECK(stats.duplicates == 20);
   worker::GrpcPsClient reader(c.Client(0));
   reader.Register(specs);
   auto out = Zeros(specs);
