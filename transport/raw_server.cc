@@ -11,6 +11,28 @@
 #include "common/error.h"
 #include "transport/status.h"
 
+// ThreadSanitizer annotations (no-ops in other builds): gRPC hands a reactor from the thread
+// that created it to the threads that run its reactions through its own synchronisation
+// (absl::Mutex, completion queues), which TSan cannot see in Debian's uninstrumented gRPC.
+// The constructor releases the reactor's address, every reaction acquires it: the edge gRPC
+// makes, and no other.
+#if defined(__SANITIZE_THREAD__)
+#define GP_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define GP_TSAN 1
+#endif
+#endif
+#ifdef GP_TSAN
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+#define GP_TSAN_ACQUIRE(p) __tsan_acquire(p)
+#define GP_TSAN_RELEASE(p) __tsan_release(p)
+#else
+#define GP_TSAN_ACQUIRE(p) static_cast<void>(p)
+#define GP_TSAN_RELEASE(p) static_cast<void>(p)
+#endif
+
 namespace gradpress::transport {
 namespace {
 
@@ -34,6 +56,7 @@ struct Signals {
   // (released). gRPC calls OnDone only after Finish, so never while the handler runs.
   grpc::Status status;
   bool handler_done = false, finishing = false, released = false, call_done = false;
+  bool launched = false;  // the first read's reaction has launched the handler
 };
 
 // Reads queued ahead of the handler, and writes queued behind it, at most: each message is at
@@ -56,16 +79,28 @@ class Blocking final : public Reactor, public RawStream {
   static constexpr bool kWrites = !std::is_same_v<Reactor, Reader>;  // the server streams
 
  public:
+  // Runs on gRPC's thread before gRPC binds the reactor to the call. The handler's thread
+  // must not start an operation before that bind: gRPC keeps such an operation in the
+  // reactor's pre-bind backlog, handed to the binding thread under its own absl::Mutex, which
+  // ThreadSanitizer cannot see. So the first operation starts here, on the binding thread (a
+  // read, or for a reply-only call the initial metadata), and the handler's task is launched
+  // by that operation's reaction, which gRPC runs only once the call is bound.
   Blocking(grpc::CallbackServerContext* ctx, TaskThreads* threads, RawHandler handler,
            const grpc::ByteBuffer* request, grpc::ByteBuffer* reply)
-      : ctx_(ctx), request_(request), reply_(reply) {
-    threaded_ = true;  // before the task: OnDone, after binding, reads it
+      : ctx_(ctx),
+        request_(request),
+        reply_(reply),
+        threads_(threads),
+        handler_(std::move(handler)) {
     ++running_calls;
-    if (threads->Run([this, handler = std::move(handler)] { Run(handler); })) return;
-    --running_calls;
-    threaded_ = false;
-    this->Finish(ToStatus(std::make_exception_ptr(
-        Unavailable("server busy: too many calls in flight; retry", Reason::kTimedOut))));
+    if constexpr (kReads) {
+      sig_.reading = true;    // no reaction before the StartRead below
+      GP_TSAN_RELEASE(this);  // what the constructor wrote, for the reactions (see the top)
+      this->StartRead(&incoming_);
+    } else {
+      GP_TSAN_RELEASE(this);
+      this->StartSendInitialMetadata();
+    }
   }
 
   bool Read(grpc::ByteBuffer* msg) override {
@@ -109,6 +144,7 @@ class Blocking final : public Reactor, public RawStream {
   // read or write; in the others these are plain members nobody calls. No Start* is called
   // with the lock held: gRPC may run the reaction it completes inline, on the caller's thread.
   void OnReadDone(bool ok) {
+    GP_TSAN_ACQUIRE(this);
     std::unique_lock<std::mutex> lock(sig_.mu);
     sig_.reading = false;
     if (ok) {
@@ -117,11 +153,23 @@ class Blocking final : public Reactor, public RawStream {
     } else {
       sig_.read_end = true;  // half-closed, or the call died
     }
-    const bool more = ClaimRead();
+    const bool launch = !sig_.launched;
+    sig_.launched = true;
+    // Before the launch no read is started: the call may yet be refused as busy.
+    const bool more = !launch && ClaimRead();
     sig_.cv.notify_all();
     if (more) StartReadUnlocked(&lock);
+    if (launch) {
+      lock.unlock();
+      Launch();
+    }
+  }
+  void OnSendInitialMetadataDone(bool /*ok*/) override {
+    GP_TSAN_ACQUIRE(this);
+    if constexpr (!kReads) Launch();  // a failed send: the handler's writes see the call dead
   }
   void OnWriteDone(bool ok) {
+    GP_TSAN_ACQUIRE(this);
     std::unique_lock<std::mutex> lock(sig_.mu);
     sig_.outbox.pop_front();
     if (!ok) {
@@ -136,7 +184,8 @@ class Blocking final : public Reactor, public RawStream {
     if (finish) this->Finish(sig_.status);  // the handler has returned: status is settled
   }
   void OnDone() override {
-    if (!threaded_) {
+    GP_TSAN_ACQUIRE(this);
+    if (!threaded_.load()) {
       delete this;
       return;
     }
@@ -171,10 +220,21 @@ class Blocking final : public Reactor, public RawStream {
     lock->lock();
   }
 
-  void Run(const RawHandler& handler) {
+  // From the first reaction (the call is bound): the handler on a pool thread, or UNAVAILABLE
+  // when every thread is busy.
+  void Launch() {
+    threaded_ = true;  // before the task: OnDone reads it
+    if (threads_->Run([this] { Run(); })) return;
+    threaded_ = false;
+    --running_calls;
+    this->Finish(ToStatus(std::make_exception_ptr(
+        Unavailable("server busy: too many calls in flight; retry", Reason::kTimedOut))));
+  }
+
+  void Run() {
     grpc::Status status;
     try {
-      status = handler(ctx_, this);
+      status = handler_(ctx_, this);
     } catch (...) {
       status = ToStatus(std::current_exception());
     }
@@ -205,9 +265,13 @@ class Blocking final : public Reactor, public RawStream {
   grpc::CallbackServerContext* const ctx_;
   const grpc::ByteBuffer* request_;  // server streaming: the request, until read
   grpc::ByteBuffer* reply_;          // client streaming: where the reply goes, until written
-  grpc::ByteBuffer incoming_;        // the read in flight writes here
+  TaskThreads* const threads_;
+  const RawHandler handler_;
+  grpc::ByteBuffer incoming_;  // the read in flight writes here
   Signals sig_;
-  bool threaded_ = false;
+  // The handler runs on a pool thread (else the call was refused, and OnDone deletes alone).
+  // Atomic: set by a reaction, read by OnDone on another of gRPC's threads.
+  std::atomic<bool> threaded_{false};
 };
 
 }  // namespace
