@@ -43,6 +43,20 @@ bool IsReserved(const pb::Descriptor* d, const FD* old_field) {
 
 std::string Name(const FD* f) { return f->containing_type()->name() + "." + f->name(); }
 
+// An enum's breaches: removed (ne null), or a value number removed or renamed.
+void EnumBreaches(const pb::EnumDescriptor* oe, const pb::EnumDescriptor* ne,
+                  const std::string& scope, std::vector<std::string>* out) {
+  if (!ne) {
+    out->push_back("enum " + scope + oe->name() + " removed");
+    return;
+  }
+  for (int k = 0; k < oe->value_count(); ++k) {
+    const pb::EnumValueDescriptor* nv = ne->FindValueByNumber(oe->value(k)->number());
+    if (!nv || nv->name() != oe->value(k)->name())
+      out->push_back("enum value " + oe->value(k)->name() + " removed or renamed");
+  }
+}
+
 // Every breach of the rule between the released and the current schema, one line each.
 std::vector<std::string> RuleBreaches() {
   std::vector<std::string> out;
@@ -82,32 +96,12 @@ std::vector<std::string> RuleBreaches() {
     }
     for (int j = 0; j < od->enum_type_count(); ++j) {
       const pb::EnumDescriptor* oe = od->enum_type(j);
-      const pb::EnumDescriptor* ne = nd->FindEnumTypeByName(oe->name());
-      if (!ne) {
-        out.push_back("enum " + od->name() + "." + oe->name() + " removed");
-        continue;
-      }
-      for (int k = 0; k < oe->value_count(); ++k) {
-        const pb::EnumValueDescriptor* nv = ne->FindValueByNumber(oe->value(k)->number());
-        if (!nv || nv->name() != oe->value(k)->name()) {
-          out.push_back("enum value " + oe->value(k)->name() + " removed or renamed");
-        }
-      }
+      EnumBreaches(oe, nd->FindEnumTypeByName(oe->name()), od->name() + ".", &out);
     }
   }
   for (int i = 0; i < old_file->enum_type_count(); ++i) {
     const pb::EnumDescriptor* oe = old_file->enum_type(i);
-    const pb::EnumDescriptor* ne = new_file->FindEnumTypeByName(oe->name());
-    if (!ne) {
-      out.push_back("enum " + oe->name() + " removed");
-      continue;
-    }
-    for (int k = 0; k < oe->value_count(); ++k) {
-      const pb::EnumValueDescriptor* nv = ne->FindValueByNumber(oe->value(k)->number());
-      if (!nv || nv->name() != oe->value(k)->name()) {
-        out.push_back("enum value " + oe->value(k)->name() + " removed or renamed");
-      }
-    }
+    EnumBreaches(oe, new_file->FindEnumTypeByName(oe->name()), "", &out);
   }
   for (int i = 0; i < old_file->service_count(); ++i) {
     const pb::ServiceDescriptor* os = old_file->service(i);
